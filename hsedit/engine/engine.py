@@ -1,0 +1,354 @@
+"""vLLM, in-process, streamed step by step with every token's source.
+
+One `Engine` owns one vLLM engine. `stream()` runs a set of requests concurrently and yields
+after every engine step, for every request that moved, the tokens it gained and where each
+came from: the target model itself, or an accepted draft token and which drafter drafted it.
+"""
+
+from __future__ import annotations
+
+import os
+
+# hsedit runs vLLM in this process: the proposer, the stats and the stream share memory.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+import itertools
+import logging
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections import deque
+from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hsedit.engine import vllm_proposer
+from hsedit.engine.costs import CostTable
+from hsedit.engine.provision import resolve_model
+from hsedit.errors import ModelError
+from hsedit.engine.stats import RequestStats, StepLog
+from hsedit.spec.chain import NGRAM, TARGET, VLLM_NGRAM
+from hsedit.spec.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH
+from hsedit.spec.planner import StepRecord
+
+NO_DRAFTER = "none"
+DRAFTER_CHOICES = (NO_DRAFTER, NGRAM, VLLM_NGRAM)
+OWN_DRAFTERS = {NGRAM: (NGRAM,)}  # --drafter value -> drafters our planner runs
+PROFILE_DRAFT_LENGTHS = (0, 3, 7, 15)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    model: str | None = None  # None: the embedded default model
+    drafter: str = NGRAM
+    num_speculative_tokens: int = DEFAULT_MAX_DRAFT
+    min_match: int = DEFAULT_MIN_MATCH
+    compile: bool = False  # vLLM's compiled mode: faster steps, minutes to start
+    kv_cache_gib: float = 1.0
+    max_model_len: int | None = None
+    seed: int = 0
+    profile_costs: bool = True
+    quiet: bool = True  # keep vLLM's own logging at warnings
+
+
+@dataclass
+class GenerationRequest:
+    prompt: str | Sequence[int]
+    max_tokens: int = 2048
+    temperature: float = 0.0
+    seed: int | None = None
+    stop: list[str] | None = None  # stop strings, excluded from the output
+
+
+@dataclass
+class StepEvent:
+    """What one request gained in one engine step."""
+
+    index: int  # position of the request in the list given to stream()
+    token_ids: list[int]
+    sources: list[str]  # one per token: "target" or the drafter name
+    pieces: list[tuple[str, str]]  # (text, source) runs, in order
+    finished: bool
+    stats: RequestStats
+
+
+@dataclass
+class Generation:
+    token_ids: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    text: str = ""
+    stats: RequestStats = field(default_factory=RequestStats)
+
+
+class Engine:
+    def __init__(self, options: EngineOptions | None = None) -> None:
+        self.options = options = options or EngineOptions()
+        if options.drafter not in DRAFTER_CHOICES:
+            raise ValueError(f"unknown drafter {options.drafter!r}; choose from {', '.join(DRAFTER_CHOICES)}")
+        quiet = options.quiet and not os.environ.get("HSEDIT_VERBOSE")
+        if quiet:
+            # vLLM reads its level once, at import; its start-up chatter is not the user's business.
+            os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+            logging.getLogger("vllm").setLevel(logging.ERROR)
+            warnings.filterwarnings("ignore", category=FutureWarning)
+        with _silenced_stderr(quiet):
+            self.model_path = resolve_model(options.model)
+            self.llm = self._build_llm()
+            self.proposer = vllm_proposer.take_created() if options.drafter in OWN_DRAFTERS else None
+            self.tokenizer = self.llm.get_tokenizer()
+            self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+            self._ids = itertools.count()
+            self.cost_table: CostTable | None = None
+            self.cost_table = self._profile_costs() if options.profile_costs else None
+
+    # -- construction ----------------------------------------------------------------------
+    def _build_llm(self) -> Any:
+        options = self.options
+        try:
+            from vllm import LLM
+        except Exception as exc:  # pragma: no cover - depends on the installation
+            raise ModelError(f"vLLM is not importable: {exc}".splitlines()[0]) from exc
+        kwargs: dict[str, Any] = dict(
+            model=self.model_path,
+            dtype="float32",
+            enforce_eager=not options.compile,
+            gpu_memory_utilization=0.5,
+            kv_cache_memory_bytes=int(options.kv_cache_gib * (1 << 30)),
+            seed=options.seed,
+            disable_log_stats=True,
+        )
+        if options.max_model_len:
+            kwargs["max_model_len"] = options.max_model_len
+        if options.drafter in OWN_DRAFTERS:
+            vllm_proposer.configure_next(
+                drafters=OWN_DRAFTERS[options.drafter], min_match=options.min_match
+            )
+            kwargs["per_request_spec_decode_metrics"] = "summary"
+            kwargs["speculative_config"] = {
+                "method": "custom_class",
+                "model": f"{vllm_proposer.__name__}.HseditProposer",
+                "num_speculative_tokens": options.num_speculative_tokens,
+            }
+        elif options.drafter == VLLM_NGRAM:
+            kwargs["per_request_spec_decode_metrics"] = "summary"
+            kwargs["speculative_config"] = {
+                "method": "ngram",
+                "num_speculative_tokens": options.num_speculative_tokens,
+                "prompt_lookup_min": options.min_match,
+                "prompt_lookup_max": max(options.min_match, 5),
+            }
+        try:
+            return LLM(**kwargs)
+        except Exception as exc:
+            raise ModelError(f"cannot start vLLM on {self.model_path}: {_one_line(exc)}") from exc
+
+    def _profile_costs(self) -> CostTable:
+        """Time decode steps that verify k filler draft tokens, for a few k; k=0 is plain."""
+        prompt = [int(t) for t in self.tokenizer.encode("def profile(x):\n    return x * 2\n" * 6)]
+        lengths = PROFILE_DRAFT_LENGTHS if self.proposer else (0,)
+        samples: dict[int, float] = {}
+        planner = self.proposer.planner if self.proposer else None
+        try:
+            for k in lengths:
+                if planner:
+                    planner.probe_length = k
+                times = []
+                last = None
+                for event in self.stream([GenerationRequest(prompt, max_tokens=8)]):
+                    now = time.perf_counter()
+                    if last is not None:
+                        times.append(now - last)
+                    last = now
+                samples[1 + k] = statistics.median(times[1:] or times)
+        finally:
+            if planner:
+                planner.probe_length = None
+        return CostTable.from_samples(samples)
+
+    # -- running ---------------------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text))
+
+    def stream(self, requests: Sequence[GenerationRequest]) -> Iterator[StepEvent]:
+        """Run the requests concurrently; yield after each engine step. Aborts on early exit."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        core = self.llm.llm_engine
+        plain_step = self.cost_table.step_time(1) if self.cost_table else None
+        tracked: dict[str, _Tracked] = {}
+        batch = uuid.uuid4().hex[:8]
+        for index, request in enumerate(requests):
+            prompt_ids = (
+                list(request.prompt)
+                if not isinstance(request.prompt, str)
+                else self.tokenizer.encode(request.prompt)
+            )
+            params = SamplingParams(
+                temperature=request.temperature,
+                max_tokens=request.max_tokens,
+                seed=request.seed,
+                stop=request.stop,
+                output_kind=RequestOutputKind.DELTA,
+                skip_special_tokens=True,
+            )
+            external = f"hsedit-{batch}-{next(self._ids)}"
+            stats = RequestStats(prompt_tokens=len(prompt_ids), plain_estimate_s=plain_step)
+            stats.started_at = time.perf_counter()
+            internal = core.add_request(external, {"prompt_token_ids": prompt_ids}, params)
+            tracked[external] = _Tracked(index, internal, stats, _IncrementalText(self.tokenizer))
+        try:
+            while core.has_unfinished_requests():
+                outputs = core.step()
+                now = time.perf_counter()
+                for output in outputs:
+                    item = tracked.get(output.request_id)
+                    if item is None:
+                        continue
+                    yield self._event(item, output, now)
+        finally:
+            unfinished = [ext for ext, item in tracked.items() if not item.finished]
+            if unfinished:
+                core.abort_request(unfinished)
+            if self.proposer:
+                for item in tracked.values():
+                    self.proposer.planner.release(item.internal_id)
+
+    def generate(
+        self,
+        requests: Sequence[GenerationRequest],
+        on_step: Callable[[StepEvent], None] | None = None,
+    ) -> list[Generation]:
+        results = [Generation() for _ in requests]
+        for event in self.stream(requests):
+            if on_step is not None:
+                on_step(event)
+            result = results[event.index]
+            result.token_ids += event.token_ids
+            result.sources += event.sources
+            result.stats = event.stats
+            if event.finished:
+                result.text = self.tokenizer.decode(result.token_ids, skip_special_tokens=True)
+        return results
+
+    def _event(self, item: _Tracked, output: Any, now: float) -> StepEvent:
+        completion = output.outputs[0]
+        new_ids = [int(t) for t in completion.token_ids]
+        log, sources = self._attribute(item, completion, len(new_ids))
+        item.stats.record(log, now)
+        pieces: list[tuple[str, str]] = []
+        for source, run in itertools.groupby(zip(new_ids, sources), key=lambda pair: pair[1]):
+            text = item.text.push([token for token, _ in run])
+            if text:
+                pieces.append((text, source))
+        if output.finished:
+            item.finished = True
+            item.stats.finished_at = now
+            item.stats.finish_reason = completion.finish_reason
+            item.stats.engine_reported = _reported_spec_counts(completion)
+            tail = item.text.flush()
+            if tail:
+                pieces.append((tail, sources[-1] if sources else TARGET))
+        return StepEvent(item.index, new_ids, sources, pieces, output.finished, item.stats)
+
+    def _attribute(self, item: _Tracked, completion: Any, emitted: int) -> tuple[StepLog, list[str]]:
+        """Match this output to the proposer's record of the same step."""
+        if self.proposer is not None:
+            item.records.extend(self.proposer.planner.take_records(item.internal_id))
+            if item.records:
+                record: StepRecord = item.records.popleft()
+                accepted = min(record.accepted, emitted)
+                sources = record.token_sources()[:emitted]
+                sources += [TARGET] * (emitted - len(sources))
+                log = StepLog(record.source, record.drafted, accepted, emitted, record.accepted)
+                return log, sources
+        if self.options.drafter == VLLM_NGRAM and emitted > 1:
+            # vLLM's own n-gram drafter: every emitted token but the last was an accepted draft.
+            # How many it drafted is known only at the end (RequestStats.engine_reported).
+            sources = [VLLM_NGRAM] * (emitted - 1) + [TARGET]
+            return StepLog(VLLM_NGRAM, 0, emitted - 1, emitted, emitted - 1), sources
+        return StepLog(None, 0, 0, emitted), [TARGET] * emitted
+
+
+_shared_engines: dict[EngineOptions, Engine] = {}
+
+
+def shared_engine(options: EngineOptions) -> Engine:
+    """One engine per set of options in this process (engines take seconds to start)."""
+    engine = _shared_engines.get(options)
+    if engine is None:
+        engine = _shared_engines[options] = Engine(options)
+    return engine
+
+
+@dataclass
+class _Tracked:
+    index: int
+    internal_id: str
+    stats: RequestStats
+    text: _IncrementalText
+    records: deque[StepRecord] = field(default_factory=deque)
+    finished: bool = False
+
+
+class _IncrementalText:
+    """Text of a growing token list, handed out as it becomes final.
+
+    A byte-level tokenizer can split one character over several tokens; a trailing
+    replacement character means "not yet complete", so it is held back until more arrive.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.shown = ""
+
+    def push(self, ids: list[int]) -> str:
+        self.ids += ids
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        return self._advance(text.rstrip("\ufffd"))
+
+    def flush(self) -> str:
+        return self._advance(self.tokenizer.decode(self.ids, skip_special_tokens=True))
+
+    def _advance(self, text: str) -> str:
+        new = text[len(self.shown) :]
+        if new:
+            self.shown = text
+        return new
+
+
+def _reported_spec_counts(completion: Any) -> tuple[int, int] | None:
+    metrics = getattr(completion, "spec_decode_metrics", None)
+    if metrics is None:
+        return None
+    accepted = sum(j * count for j, count in enumerate(metrics.histogram))
+    return int(metrics.num_draft_tokens), int(accepted)
+
+
+@contextmanager
+def _silenced_stderr(enabled: bool) -> Iterator[None]:
+    """Send file descriptor 2 to a scratch file: vLLM's C++ and tqdm write there directly."""
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _one_line(exc: BaseException) -> str:
+    """The gist of an exception on one line (pydantic puts the useful part on line 2 or 3)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return " / ".join(lines[:3])[:400] or type(exc).__name__

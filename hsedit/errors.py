@@ -1,0 +1,48 @@
+"""Errors the user sees as one line, each with its own documented exit code."""
+
+from __future__ import annotations
+
+
+class HseditError(Exception):
+    """Base: `str(error)` is the one line shown to the user; `exit_code` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class UsageError(HseditError):
+    exit_code = 2  # same as a bad command-line option
+
+
+class InputFileError(HseditError):
+    exit_code = 3  # missing path, directory, binary or non-UTF-8 file
+
+
+class ContextTooLongError(HseditError):
+    exit_code = 4
+
+
+class OutputTruncatedError(HseditError):
+    exit_code = 5
+
+
+class ValidationError(HseditError):
+    exit_code = 6  # the new text does not parse; nothing was written
+
+
+class ModelError(HseditError):
+    exit_code = 7  # the model could not be found, converted or loaded
+
+
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = {
+    0: "success",
+    1: "unexpected internal error",
+    2: "bad usage (unknown option, empty instruction, bad task line)",
+    3: "input file problem: missing, a directory, binary or not UTF-8",
+    4: "the file does not fit in the model's context",
+    5: "the model's output was cut off at --max-tokens",
+    6: "the rewritten file does not parse (nothing written; --force writes anyway)",
+    7: "the model could not be found, converted or loaded",
+    130: "interrupted (Ctrl-C); the file is untouched",
+}

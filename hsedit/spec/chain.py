@@ -1,0 +1,42 @@
+"""What a drafter hands to the selector: a chain of draft tokens and why it was proposed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Token sources, as they appear in streams, stats and the live view.
+TARGET = "target"  # produced by the target model itself (the bonus / plain token)
+NGRAM = "ngram"  # copied from the request's own context by the copy drafter
+DSPARK = "dspark"  # proposed by the model-based drafter
+VLLM_NGRAM = "vllm-ngram"  # vLLM's built-in n-gram drafter, run for comparison
+PROBE = "probe"  # filler drafts that size a verification step when profiling costs
+
+
+@dataclass(frozen=True)
+class CopyFeatures:
+    """Facts about one copy proposal; the copy acceptance model is fit on these.
+
+    match_len: length of the longest suffix of the context that occurred earlier.
+    num_candidates: earlier occurrences of the suffix at the minimum match length.
+    candidates_agree: whether all those occurrences are followed by the same token.
+    source_distance: how far back (in tokens) the copied passage lies.
+    """
+
+    match_len: int
+    num_candidates: int
+    candidates_agree: bool
+    source_distance: int
+
+
+@dataclass
+class DraftChain:
+    """Draft tokens for one request and one step, from one drafter."""
+
+    source: str
+    tokens: list[int]
+    copy_features: CopyFeatures | None = None
+    # Per-position acceptance estimates, where the drafter has them.
+    confidences: list[float] | None = field(default=None)
+
+    def __len__(self) -> int:
+        return len(self.tokens)

@@ -1,0 +1,66 @@
+"""Terminal rendering: the live view of a streaming edit and the one-line stats."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.rule import Rule
+from rich.text import Text
+
+from hsedit.engine.engine import StepEvent
+from hsedit.engine.stats import RequestStats
+from hsedit.spec.chain import DSPARK, NGRAM, TARGET, VLLM_NGRAM
+
+SOURCE_STYLES = {NGRAM: "green", DSPARK: "cyan", TARGET: "default", VLLM_NGRAM: "green"}
+LEGEND = Text.assemble(
+    ("copied", SOURCE_STYLES[NGRAM]), " · ", ("model-drafted", SOURCE_STYLES[DSPARK]), " · generated"
+)
+
+
+def status_line(stats: RequestStats, now: float | None = None) -> str:
+    now = time.perf_counter() if now is None else now
+    parts = [
+        f"{stats.completion_tokens} tok",
+        f"{stats.tokens_per_second(now):.1f} tok/s",
+    ]
+    drafted, accepted = stats.drafted, stats.accepted
+    for name in sorted(drafted):
+        parts.append(f"{name} {accepted[name]}/{drafted[name]}")
+    parts.append(f"{stats.tokens_per_step:.2f} tok/step")
+    speedup = stats.speedup_estimate(now)
+    if speedup is not None:
+        parts.append(f"~{speedup:.2f}x vs plain")
+    return " · ".join(parts)
+
+
+class LiveEdit:
+    """Streams the rewritten file, each token coloured by where it came from."""
+
+    def __init__(self, console: Console, title: str, prefix: str = "") -> None:
+        self.console = console
+        self.title = title
+        self.text = Text(prefix)
+        self.stats: RequestStats | None = None
+        self._live = Live(console=console, refresh_per_second=8, transient=True)
+
+    def __enter__(self) -> LiveEdit:
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._live.__exit__(*exc)
+
+    def update(self, event: StepEvent) -> None:
+        for text, source in event.pieces:
+            self.text.append(text, style=SOURCE_STYLES.get(source, "default"))
+        self.stats = event.stats
+        self._live.update(self._render())
+
+    def _render(self) -> Group:
+        height = max(5, self.console.size.height - 4)
+        lines = self.text.split("\n")
+        shown = Text("\n").join(lines[-height:])
+        status = status_line(self.stats) if self.stats else ""
+        return Group(Rule(self.title, style="dim"), shown, Rule(style="dim"), Text(status), LEGEND)

@@ -1,0 +1,139 @@
+"""The engine-free half of an edit: prompt, extraction, validation, diff, files."""
+
+import os
+import stat
+import subprocess
+
+import pytest
+
+from hsedit.edit.diff import summarize, unified_diff
+from hsedit.edit.extract import extract_file
+from hsedit.edit.files import atomic_write, read_source
+from hsedit.edit.prompt import ApplyPrompt, completion_for, language_for, load_template
+from hsedit.edit.validate import validate
+from hsedit.errors import InputFileError
+
+CODE = "def f(x):\n    return x + 1\n"
+
+
+# -- prompt --------------------------------------------------------------------------------
+def test_prompt_holds_the_file_instruction_and_an_open_fence():
+    prompt = ApplyPrompt.build("pkg/mod.py", CODE, "  rename f to g ")
+    system, user = prompt.messages
+    assert system["role"] == "system" and user["role"] == "user"
+    assert "```python\n" + CODE + "```" in user["content"]
+    assert user["content"].endswith("Instruction: rename f to g")
+    assert prompt.response_prefix == "```python\n"
+    assert completion_for("x = 1") == "x = 1\n```"
+    assert language_for("a/b.RS") == "rust" and language_for("notes") == ""
+    assert set(load_template("apply")) == {"system", "user", "response_prefix"}
+
+
+# -- extraction ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "answer",
+    [
+        CODE + "```",
+        CODE + "```\n\nI renamed the function for you.",
+        "```python\n" + CODE + "```\nDone.",  # the model opened a second fence
+        "\n```py\n" + CODE + "```",
+    ],
+)
+def test_extracts_the_file_from_fences_and_prose(answer):
+    extracted = extract_file(answer, CODE)
+    assert extracted.text == CODE and extracted.closed
+
+
+def test_unclosed_answer_is_kept_and_flagged():
+    extracted = extract_file("def f(x):\n    return", CODE)
+    assert extracted.text == "def f(x):\n    return\n" and not extracted.closed
+
+
+def test_final_newline_follows_the_original():
+    assert extract_file("x = 1\n```", "x = 0").text == "x = 1"
+    assert extract_file("x = 1```", "x = 0\n").text == "x = 1```\n"
+
+
+# -- validation ----------------------------------------------------------------------------
+def test_python_is_parsed_other_files_are_not_checked():
+    assert validate("a.py", CODE).ok
+    broken = validate("a.py", "def f(x:\n    return x\n")
+    assert not broken.ok and broken.checked and "line" in broken.message
+    other = validate("notes.txt", "anything (")
+    assert other.ok and not other.checked
+
+
+def test_missing_token_is_reported():
+    assert not validate("a.py", "x = (1,\n").ok
+
+
+# -- diff ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (CODE, CODE.replace("x + 1", "x + 2")),
+        ("a\nb", "a\nc"),  # no final newline on either side
+        ("a\nb\n", "a\nb"),  # final newline removed
+        ("", "new file body\n"),
+    ],
+)
+def test_diff_applies_with_git(tmp_path, old, new):
+    target = tmp_path / "m.py"
+    target.write_text(old)
+    diff = unified_diff(old, new, "m.py")
+    (tmp_path / "p.diff").write_text(diff)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "apply", "p.diff"], cwd=tmp_path, check=True)
+    assert target.read_text() == new
+
+
+def test_no_change_no_diff_and_counts():
+    assert unified_diff(CODE, CODE, "m.py") == ""
+    summary = summarize(unified_diff("a\nb\n", "a\nc\nd\n", "m.py"))
+    assert (summary.files, summary.added, summary.removed) == (1, 2, 1)
+
+
+# -- files ---------------------------------------------------------------------------------
+def test_read_refuses_what_is_not_editable_text(tmp_path):
+    with pytest.raises(InputFileError, match="no such file"):
+        read_source(tmp_path / "missing.py")
+    with pytest.raises(InputFileError, match="directory"):
+        read_source(tmp_path)
+    (tmp_path / "bin.py").write_bytes(b"\x7fELF\x00\x01")
+    with pytest.raises(InputFileError, match="binary"):
+        read_source(tmp_path / "bin.py")
+    (tmp_path / "latin.py").write_bytes("x = 'caf\xe9'\n".encode("latin-1"))
+    with pytest.raises(InputFileError, match="UTF-8"):
+        read_source(tmp_path / "latin.py")
+
+
+def test_crlf_files_keep_their_line_ends(tmp_path):
+    path = tmp_path / "w.py"
+    path.write_bytes(b"a = 1\r\nb = 2\r\n")
+    source = read_source(path)
+    assert source.text == "a = 1\nb = 2\n" and source.crlf
+    assert source.restore_newlines("a = 3\n") == "a = 3\r\n"
+
+
+def test_atomic_write_replaces_and_keeps_the_mode(tmp_path):
+    path = tmp_path / "run.py"
+    path.write_text("old\n")
+    os.chmod(path, 0o755)
+    atomic_write(path, "new\n")
+    assert path.read_text() == "new\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755
+    assert os.listdir(tmp_path) == ["run.py"]
+
+
+def test_atomic_write_failure_leaves_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "keep.py"
+    path.write_text("old\n")
+
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(path, "new\n")
+    assert path.read_text() == "old\n"
+    assert os.listdir(tmp_path) == ["keep.py"]

@@ -1,0 +1,96 @@
+"""The real vLLM engine with the real default model: exactness, streaming, accounting."""
+
+from pathlib import Path
+
+import pytest
+
+from hsedit.edit.prompt import ApplyPrompt
+from hsedit.engine.engine import GenerationRequest
+from hsedit.spec.chain import NGRAM, TARGET
+
+pytestmark = pytest.mark.engine
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "inventory.py"
+
+
+def chat(engine, text):
+    return engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+
+
+@pytest.fixture(scope="module")
+def prompts(plain_engine):
+    code = EXAMPLE.read_text()
+    edit = ApplyPrompt.build("inventory.py", code, "rename the function total_value to inventory_value")
+    return {
+        "copy-heavy edit": edit.render(plain_engine.tokenizer),
+        "repeat code": chat(plain_engine, "Repeat this code exactly:\n```python\n" + code + "```"),
+        "chat": chat(plain_engine, "What are three good habits for writing readable Python code?"),
+        "code generation": chat(plain_engine, "Write a Python function that tells whether a number is prime."),
+    }
+
+
+def requests_for(prompts, max_tokens=160):
+    return [GenerationRequest(p, max_tokens=max_tokens) for p in prompts.values()]
+
+
+def test_copy_drafting_is_token_identical_to_plain_decoding(plain_engine, copy_engine, prompts):
+    plain = [plain_engine.generate([r])[0] for r in requests_for(prompts)]
+    spec = [copy_engine.generate([r])[0] for r in requests_for(prompts)]
+    for name, p, s in zip(prompts, plain, spec):
+        assert s.token_ids == p.token_ids, f"spec output differs from plain on {name!r}"
+        assert s.text == p.text
+    accepted = {name: s.stats.accepted[NGRAM] for name, s in zip(prompts, spec)}
+    # The comparison means something only if drafts were really accepted on copy-heavy prompts.
+    assert accepted["copy-heavy edit"] > 20 and accepted["repeat code"] > 20, accepted
+    assert spec[0].stats.tokens_per_step > 1.2
+
+
+def test_concurrent_requests_keep_their_own_drafting_state(plain_engine, copy_engine, prompts):
+    # All four at once share batch rows; each must still equal its plain output.
+    together = copy_engine.generate(requests_for(prompts, max_tokens=96))
+    alone = [plain_engine.generate([r])[0] for r in requests_for(prompts, max_tokens=96)]
+    for name, t, a in zip(prompts, together, alone):
+        assert t.token_ids == a.token_ids, f"batched spec output differs on {name!r}"
+
+
+def test_every_step_is_accounted_for(copy_engine, prompts):
+    request = GenerationRequest(prompts["repeat code"], max_tokens=200)
+    events = list(copy_engine.stream([request]))
+    stats = events[-1].stats
+    assert events[-1].finished and sum(e.finished for e in events) == 1
+    assert len(stats.steps) == len(events) > 1  # streamed step by step
+    emitted = [len(e.token_ids) for e in events]
+    assert sum(emitted) == stats.completion_tokens == 200
+    for event, step in zip(events, stats.steps):
+        assert step.emitted == len(event.token_ids) == len(event.sources) >= 1
+        assert 0 <= step.accepted <= step.matched <= step.drafted
+        assert event.sources.count(NGRAM) == step.accepted
+        assert all(s == TARGET for s in event.sources[step.accepted :])
+    assert stats.accepted_prediction_tokens + stats.tokens_by_source()[TARGET] == 200
+    assert stats.accepted_prediction_tokens + stats.rejected_prediction_tokens == sum(stats.drafted.values())
+    # vLLM's scheduler counts the same acceptances independently.
+    reported_drafted, reported_accepted = stats.engine_reported
+    assert reported_accepted == sum(step.matched for step in stats.steps)
+    assert reported_drafted <= sum(stats.drafted.values())
+    # The streamed text pieces add up to the decoded output.
+    text = "".join(piece for e in events for piece, _ in e.pieces)
+    assert text == copy_engine.tokenizer.decode([t for e in events for t in e.token_ids], skip_special_tokens=True)
+
+
+def test_leaving_a_stream_early_aborts_its_requests(copy_engine, prompts):
+    stream = copy_engine.stream([GenerationRequest(prompts["chat"], max_tokens=500)])
+    for _, _event in zip(range(3), stream):
+        pass
+    stream.close()
+    assert not copy_engine.llm.llm_engine.has_unfinished_requests()
+    (again,) = copy_engine.generate([GenerationRequest(prompts["chat"], max_tokens=8)])
+    assert again.stats.completion_tokens == 8
+
+
+def test_cost_table_was_profiled_and_is_monotone(copy_engine):
+    table = copy_engine.cost_table
+    assert table.tokens[0] == 1 and len(table.tokens) >= 3
+    assert all(a <= b for a, b in zip(table.seconds, table.seconds[1:]))
+    assert 0 < table.step_time(1) < 5

@@ -1,0 +1,95 @@
+"""The copy drafter's index: exact longest matches, incremental, real continuations."""
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hsedit.spec.chain import NGRAM
+from hsedit.spec.ngram import CopyIndex, longest_match_by_scan
+
+token_lists = st.lists(st.integers(min_value=0, max_value=4), min_size=0, max_size=120)
+
+
+def test_proposes_what_followed_the_earlier_occurrence():
+    index = CopyIndex(min_match=2)
+    index.extend([5, 6, 7, 8, 9, 1, 5, 6])
+    chain = index.propose(max_tokens=3)
+    assert chain.source == NGRAM
+    assert chain.tokens == [7, 8, 9]
+    assert chain.copy_features.match_len == 2
+    assert chain.copy_features.source_distance == 6
+
+
+def test_no_proposal_below_the_minimum_match():
+    index = CopyIndex(min_match=3)
+    index.extend([1, 2, 3, 9, 2, 3])
+    assert index.propose() is None
+
+
+def test_longest_match_beats_a_more_recent_shorter_one():
+    index = CopyIndex(min_match=2)
+    # [1 2 3] -> 4 occurs first; [2 3] -> 7 occurs later; the suffix is [1 2 3].
+    index.extend([1, 2, 3, 4, 0, 2, 3, 7, 0, 1, 2, 3])
+    chain = index.propose()
+    assert chain.tokens[0] == 4
+    assert chain.copy_features.match_len == 3
+    assert chain.copy_features.num_candidates == 2
+    assert chain.copy_features.candidates_agree is False
+
+
+def test_equal_matches_prefer_the_most_recent():
+    index = CopyIndex(min_match=2)
+    index.extend([1, 2, 3, 1, 2, 4, 1, 2])
+    assert index.propose().tokens[0] == 4
+    assert index.propose().copy_features.candidates_agree is False
+
+
+def test_draft_stops_at_the_end_of_the_context_and_at_max_tokens():
+    index = CopyIndex(min_match=1)
+    index.extend([1, 2, 1])
+    assert index.propose(max_tokens=15).tokens == [2, 1]
+    assert index.propose(max_tokens=1).tokens == [2]
+    assert index.propose(max_tokens=0) is None
+
+
+def test_reset_forgets_everything():
+    index = CopyIndex(min_match=1)
+    index.extend([1, 2, 1])
+    index.reset()
+    assert len(index) == 0 and index.propose() is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=token_lists, min_match=st.integers(1, 4), seed=st.integers(0, 1000))
+def test_incremental_index_equals_a_full_rescan(tokens, min_match, seed):
+    rng = random.Random(seed)
+    index = CopyIndex(min_match)
+    fed = 0
+    while fed < len(tokens):  # feed in random chunks, checking after each
+        step = rng.randint(1, 5)
+        index.extend(tokens[fed : fed + step])
+        fed = min(len(tokens), fed + step)
+        assert index.longest_match() == longest_match_by_scan(tokens[:fed], min_match)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=token_lists, min_match=st.integers(1, 4), max_tokens=st.integers(1, 15))
+def test_every_proposal_continues_an_earlier_occurrence_of_the_suffix(tokens, min_match, max_tokens):
+    index = CopyIndex(min_match)
+    index.extend(tokens)
+    chain = index.propose(max_tokens)
+    if chain is None:
+        return
+    features = chain.copy_features
+    end = len(tokens) - 1
+    source_end = end - features.source_distance
+    length = features.match_len
+    assert 0 <= source_end < end
+    assert length >= min_match
+    # The earlier passage ends with the current suffix ...
+    assert tokens[source_end - length + 1 : source_end + 1] == tokens[end - length + 1 :]
+    # ... and the draft is exactly what followed it.
+    assert 1 <= len(chain.tokens) <= max_tokens
+    assert chain.tokens == tokens[source_end + 1 : source_end + 1 + len(chain.tokens)]
+    assert features.num_candidates >= 1
