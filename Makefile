@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $@
 
 demo: setup
-	$(BIN)/hsedit apply examples/inventory.py "rename the function total_value to inventory_value"
+	$(BIN)/hsedit apply examples/temperature.py "set FREEZING_F to 32.5"
 
 test: setup
 	$(BIN)/python -m pytest -q -rs

@@ -14,7 +14,7 @@ from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile, atomic_write, read_source
 from hsedit.edit.prompt import CLOSING_FENCE, ApplyPrompt
 from hsedit.edit.validate import Validation, validate
-from hsedit.engine.engine import Engine, GenerationRequest, StepEvent
+from hsedit.engine.engine import Engine, Generation, GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import ContextTooLongError, OutputTruncatedError, UsageError, ValidationError
 
@@ -26,9 +26,14 @@ ANSWER_GROWTH = 1.5
 @dataclass
 class EditJob:
     source: SourceFile
-    display_path: str  # as the diff names it
+    display_path: str  # as the diff and the prompt name it
     instruction: str
     prompt: ApplyPrompt
+
+    @classmethod
+    def for_source(cls, source: SourceFile, display_path: str, instruction: str, update: str | None = None) -> EditJob:
+        prompt = ApplyPrompt.build(display_path, source.text, instruction, update)
+        return cls(source, display_path, instruction, prompt)
 
 
 @dataclass
@@ -43,7 +48,7 @@ class EditResult:
 
     @property
     def changed(self) -> bool:
-        return self.new_text != self.job.source.text
+        return self.new_text != self.job.source.restore_newlines(self.job.source.text)
 
     def as_dict(self) -> dict:
         return {
@@ -63,9 +68,34 @@ class EditResult:
 def prepare(path: str | Path, instruction: str) -> EditJob:
     if not instruction or not instruction.strip():
         raise UsageError("the instruction is empty: say what to change")
-    source = read_source(path)
-    display = _display_path(Path(path))
-    return EditJob(source, display, instruction, ApplyPrompt.build(display, source.text, instruction))
+    return EditJob.for_source(read_source(path), _display_path(Path(path)), instruction)
+
+
+FENCE_STOP = "\n" + CLOSING_FENCE
+
+
+def edit_request(
+    engine: Engine,
+    job: EditJob,
+    *,
+    max_tokens: int | None = None,
+    temperature: float = 0.0,
+    seed: int | None = None,
+) -> GenerationRequest:
+    """The generation request for an edit; refuses files that do not fit the context."""
+    prompt_ids = engine.tokenizer.encode(job.prompt.render(engine.tokenizer))
+    file_tokens = engine.count_tokens(job.source.text)
+    room = engine.max_model_len - len(prompt_ids)
+    if room < file_tokens + 16:
+        raise ContextTooLongError(
+            f"{job.display_path} is too long for the model's context: the prompt takes "
+            f"{len(prompt_ids)} tokens and the answer about {file_tokens} more, "
+            f"but the model takes {engine.max_model_len}"
+        )
+    budget = max_tokens or int(file_tokens * ANSWER_GROWTH) + ANSWER_SLACK_TOKENS
+    return GenerationRequest(
+        prompt_ids, max_tokens=min(budget, room), temperature=temperature, seed=seed, stop=[FENCE_STOP]
+    )
 
 
 def run_edit(
@@ -77,29 +107,20 @@ def run_edit(
     seed: int | None = None,
     on_step: Callable[[StepEvent], None] | None = None,
 ) -> EditResult:
-    prompt_ids = engine.tokenizer.encode(job.prompt.render(engine.tokenizer))
-    file_tokens = engine.count_tokens(job.source.text)
-    room = engine.max_model_len - len(prompt_ids)
-    if room < file_tokens + 16:
-        raise ContextTooLongError(
-            f"{job.display_path} is too long for the model's context: the prompt takes "
-            f"{len(prompt_ids)} tokens and the answer about {file_tokens} more, "
-            f"but the model takes {engine.max_model_len}"
-        )
-    budget = max_tokens or int(file_tokens * ANSWER_GROWTH) + ANSWER_SLACK_TOKENS
-    budget = min(budget, room)
-    fence_stop = "\n" + CLOSING_FENCE
-    request = GenerationRequest(
-        prompt_ids, max_tokens=budget, temperature=temperature, seed=seed, stop=[fence_stop]
-    )
+    request = edit_request(engine, job, max_tokens=max_tokens, temperature=temperature, seed=seed)
     (generation,) = engine.generate([request], on_step=on_step)
+    return finish_edit(job, generation, request)
+
+
+def finish_edit(job: EditJob, generation: Generation, request: GenerationRequest) -> EditResult:
+    """Extract, validate and diff a finished generation; refuse one cut off by max_tokens."""
     if generation.stats.finish_reason == "length":
         raise OutputTruncatedError(
-            f"the answer was cut off at {budget} tokens before the file was complete "
-            f"(the file has {file_tokens}); raise --max-tokens"
+            f"the answer was cut off at {request.max_tokens} tokens before the file was complete "
+            f"(the file has {len(job.source.text.splitlines())} lines); raise --max-tokens"
         )
     # Generation stops on the closing fence and leaves it out; put it back for the extractor.
-    answer = generation.text + (fence_stop if generation.stats.finish_reason == "stop" else "")
+    answer = generation.text + (FENCE_STOP if generation.stats.finish_reason == "stop" else "")
     extracted = extract_file(answer, job.source.text)
     new_text = job.source.restore_newlines(extracted.text)
     return EditResult(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Optional
@@ -12,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from hsedit.errors import EXIT_CODES, EXIT_INTERRUPTED, HseditError, UsageError
+from hsedit.errors import EXIT_CODES, EXIT_INTERRUPTED, HseditError, InputFileError, UsageError
 
 app = typer.Typer(
     add_completion=False,
@@ -48,7 +49,7 @@ def apply(
     max_tokens: Annotated[Optional[int], typer.Option(help="Cap on generated tokens (default: from the file's size).", min=1)] = None,
     temperature: Annotated[float, typer.Option(help="0 is greedy; output is exactly the model's either way.", min=0.0)] = 0.0,
     seed: Annotated[Optional[int], typer.Option(help="Sampling seed (with --temperature > 0).")] = None,
-    model: Annotated[Optional[str], typer.Option(help="HF hub id, HF directory or .gguf file (default: embedded SmolLM2).")] = None,
+    model: Annotated[Optional[str], typer.Option(help="HF hub id, HF directory, .gguf file, or embedded / embedded-base (default: embedded, the fine-tuned SmolLM2).")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="vLLM compiled mode: faster steps, slow first start.")] = False,
 ) -> None:
     """Rewrite FILE as INSTRUCTION says; print a unified diff (or --write it)."""
@@ -66,8 +67,15 @@ def apply(
         if force and not write:
             raise UsageError("--force only makes sense with --write")
         job = core.prepare(file, instruction)
+        started = time.perf_counter()
         with err.status("starting the engine…") if live_wanted else nullcontext():
             engine = shared_engine(EngineOptions(model=model, drafter=drafter, compile=compile, seed=seed or 0))
+        if not as_json:
+            err.print(
+                f"hsedit: engine ready in {time.perf_counter() - started:.1f} s "
+                f"(drafter: {drafter}); editing {job.display_path}",
+                style="dim", highlight=False, soft_wrap=True,
+            )
         view = _live_view(err, job) if live_wanted else None
         with view or nullcontext():
             result = core.run_edit(
@@ -77,7 +85,7 @@ def apply(
         if as_json:
             typer.echo(json.dumps(result.as_dict()))
         elif diff_path is not None:
-            diff_path.write_text(result.diff, encoding="utf-8")
+            _write_diff(diff_path, result.diff)
         elif result.diff:
             typer.echo(result.diff, nl=False)
         if not as_json:
@@ -94,6 +102,207 @@ def apply(
     except KeyboardInterrupt:
         err.print("hsedit: interrupted; the file is untouched", style="yellow")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+@app.command()
+def bench(
+    tasks: Annotated[Optional[Path], typer.Option(help="Task file (JSON lines); default: examples/tasks.jsonl.")] = None,
+    drafters: Annotated[str, typer.Option(help="Comma-separated methods; plain decoding always runs.")] = "none,ngram,vllm-ngram",
+    repeats: Annotated[int, typer.Option(help="Rounds over all tasks (methods interleaved).", min=1)] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Compare drafting methods on the same tasks, side by side in one run."""
+    from hsedit.bench import load_tasks, run_bench
+    from hsedit.engine.engine import DRAFTER_CHOICES
+
+    err = Console(stderr=True)
+    try:
+        methods = [m.strip() for m in drafters.split(",") if m.strip()]
+        unknown = [m for m in methods if m not in DRAFTER_CHOICES]
+        if unknown:
+            raise UsageError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(DRAFTER_CHOICES)}")
+        task_file = tasks or Path(__file__).resolve().parent.parent / "examples" / "tasks.jsonl"
+        loaded = load_tasks(task_file)
+        report = run_bench(
+            loaded, methods, repeats,
+            on_run=lambda method, task, r: err.print(
+                f"[{r + 1}/{repeats}] {method:>10} · {task}", style="dim", highlight=False, soft_wrap=True
+            ),
+        )
+    except HseditError as error:
+        raise _fail(err, error) from None
+    if as_json:
+        typer.echo(json.dumps(report.as_dict()))
+    else:
+        from hsedit.ui import bench_table
+
+        console = Console()
+        console.print(bench_table(report), width=max(console.width, 120))
+    if not report.exact:
+        err.print("hsedit: error: outputs differ from plain decoding: " + "; ".join(
+            f"{m.method}: {', '.join(m.mismatches)}" for m in report.methods if m.mismatches), style="red", soft_wrap=True)
+        raise typer.Exit(1)
+
+
+@app.command(epilog=EXIT_HELP)
+def batch(
+    tasks: Annotated[Path, typer.Argument(help='JSON lines: {"path", "instruction"} or {"path", "update"}.')],
+    write: Annotated[bool, typer.Option("--write", help="Replace each file atomically (only outputs that parse).")] = False,
+    patch: Annotated[Optional[Path], typer.Option(help="Write one combined patch here (paths relative to the task file).")] = None,
+    results: Annotated[Optional[Path], typer.Option(help="Results file (default: TASKS.results.jsonl); finished tasks are skipped on rerun.")] = None,
+    max_batch: Annotated[int, typer.Option(help="Edits run concurrently in the engine.", min=1)] = 8,
+    max_tokens: Annotated[Optional[int], typer.Option(min=1)] = None,
+    drafter: Annotated[str, typer.Option(help="Drafter: ngram (copy), none, vllm-ngram.")] = "ngram",
+    model: Annotated[Optional[str], typer.Option(help="As for apply.")] = None,
+) -> None:
+    """Run every edit of a task file concurrently in one engine; resumable."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hsedit.batch import FAILED, combined_patch, load_batch, run_batch
+    from hsedit.engine.engine import DRAFTER_CHOICES, EngineOptions, shared_engine
+
+    err = Console(stderr=True)
+    results_file = results or tasks.with_name(tasks.name + ".results.jsonl")
+    try:
+        if drafter not in DRAFTER_CHOICES:
+            raise UsageError(f"unknown drafter {drafter!r}; choose from {', '.join(DRAFTER_CHOICES)}")
+        loaded = load_batch(tasks)
+        engine = shared_engine(EngineOptions(model=model, drafter=drafter))
+    except HseditError as error:
+        raise _fail(err, error) from None
+    totals = {"tokens": 0, "accepted": 0, "drafted": 0, "started": time.perf_counter()}
+
+    def line() -> str:
+        elapsed = max(1e-6, time.perf_counter() - totals["started"])
+        acceptance = f"{totals['accepted']}/{totals['drafted']}" if totals["drafted"] else "–"
+        return f"{totals['tokens'] / elapsed:.1f} tok/s · accepted {acceptance}"
+
+    show = not os.environ.get("PRE_COMMIT") and err.is_terminal
+    progress = Progress(
+        TextColumn("edits"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
+        console=err, disable=not show,
+    )
+    with progress:
+        bar = progress.add_task(line(), total=len(loaded))
+
+        def on_step(event) -> None:
+            totals["tokens"] += len(event.token_ids)
+            if event.stats.steps:
+                step = event.stats.steps[-1]
+                totals["accepted"] += step.accepted
+                totals["drafted"] += step.drafted
+            progress.update(bar, description=line())
+
+        def on_done(outcome) -> None:
+            progress.advance(bar)
+            if outcome.status == FAILED:
+                progress.console.print(f"hsedit: {outcome.path}: {outcome.error}", style="red", soft_wrap=True, highlight=False)
+
+        outcomes = run_batch(
+            engine, loaded, results_file, write=write, max_batch=max_batch, max_tokens=max_tokens,
+            on_step=on_step, on_done=on_done,
+        )
+    from hsedit.ui import batch_table
+
+    Console(stderr=True).print(batch_table(outcomes, skipped=len(loaded) - len(outcomes)))
+    if patch is not None:
+        _write_diff(patch, combined_patch(loaded, results_file))
+    if any(o.status == FAILED for o in outcomes):
+        raise typer.Exit(1)
+
+
+finetune_app = typer.Typer(no_args_is_help=True, help="Make, train and evaluate the apply model.")
+app.add_typer(finetune_app, name="finetune")
+
+
+@finetune_app.command("data")
+def finetune_data(
+    out: Annotated[Path, typer.Option(help="JSON-lines file to write.")],
+    per_kind: Annotated[int, typer.Option(help="Training examples per edit kind.", min=1)] = 70,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:
+    """Generate instructed edits with exact targets from installed Python source."""
+    from collections import Counter
+
+    from hsedit.finetune.dataset import generate, save
+
+    examples = generate(seed=seed, limit_per_kind=per_kind)
+    save(examples, out)
+    counts = Counter((e.split, e.kind) for e in examples)
+    for (split, kind), n in sorted(counts.items()):
+        typer.echo(f"{split:5} {kind:20} {n}")
+
+
+@finetune_app.command("train")
+def finetune_train(
+    data: Annotated[Path, typer.Option(help="Examples from `hsedit finetune data`.")],
+    out: Annotated[Path, typer.Option(help="Directory for the LoRA adapter.")],
+    base: Annotated[str, typer.Option(help="Base model (name, HF directory or .gguf).")] = "embedded-base",
+    minutes: Annotated[Optional[float], typer.Option(help="Stop (and save) after this long.")] = None,
+    epochs: Annotated[float, typer.Option(min=0.01)] = 1.0,
+    rank: Annotated[int, typer.Option(min=1)] = 16,
+    learning_rate: Annotated[float, typer.Option()] = 4e-4,
+) -> None:
+    """LoRA fine-tune of the apply model (CPU or GPU: torch decides)."""
+    from hsedit.engine.provision import resolve_model
+    from hsedit.finetune.train import TrainConfig, train
+
+    try:
+        base_dir = resolve_model(base)
+    except HseditError as error:
+        raise _fail(Console(stderr=True), error) from None
+    config = TrainConfig(
+        data=str(data), base_model=base_dir, output=str(out), rank=rank, alpha=2 * rank,
+        learning_rate=learning_rate, epochs=epochs, time_budget_s=minutes * 60 if minutes else None,
+    )
+    summary = train(config, log=typer.echo)
+    typer.echo(json.dumps(summary))
+
+
+@finetune_app.command("eval")
+def finetune_eval(
+    model: Annotated[Optional[str], typer.Option(help="Model to evaluate (default: the shipped apply model).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Examples (default: the shipped held-out set).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N per kind.", min=1)] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Exact-match, unchanged-lines-kept and parse rates per edit kind on held-out files."""
+    from hsedit.engine.engine import EngineOptions, shared_engine
+    from hsedit.finetune.dataset import HELDOUT, load
+    from hsedit.finetune.evaluate import evaluate, overall
+
+    examples = load(data or HELDOUT, split=None if data else "eval")
+    if limit:
+        from collections import Counter
+
+        per_kind: Counter[str] = Counter()
+        kept = []
+        for example in examples:
+            if per_kind[example.kind] < limit:
+                per_kind[example.kind] += 1
+                kept.append(example)
+        examples = kept
+    try:
+        engine = shared_engine(EngineOptions(model=model, drafter="ngram"))
+    except HseditError as error:
+        raise _fail(Console(stderr=True), error) from None
+    reports = evaluate(engine, examples)
+    rows = [r.as_dict() for r in reports] + [overall(reports)]
+    if as_json:
+        typer.echo(json.dumps({"model": model or "embedded", "kinds": rows}))
+        return
+    from hsedit.ui import eval_table
+
+    Console().print(eval_table(model or "embedded", rows))
+
+
+def _write_diff(path: Path, diff: str) -> None:
+    from hsedit.edit.files import atomic_write
+
+    try:
+        atomic_write(path, diff)
+    except OSError as exc:
+        raise InputFileError(f"cannot write the diff to {path}: {exc.strerror or exc}") from exc
 
 
 def _live_view(console: Console, job):

@@ -6,7 +6,9 @@ import time
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.rule import Rule
+from rich.table import Table
 from rich.text import Text
 
 from hsedit.engine.engine import StepEvent
@@ -64,3 +66,47 @@ class LiveEdit:
         shown = Text("\n").join(lines[-height:])
         status = status_line(self.stats) if self.stats else ""
         return Group(Rule(self.title, style="dim"), shown, Rule(style="dim"), Text(status), LEGEND)
+
+
+def bench_table(report) -> Table:
+    table = Table(title=f"hsedit bench · {len(report.tasks)} tasks × {report.repeats} rounds, batch 1")
+    for column in ("method", "tokens", "tok/s", "vs plain", "tok/step", "accepted/drafted", "proposer ms/step", "exact"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for m in report.methods:
+        ratio = report.ratio(m)
+        acceptance = f"{m.accepted}/{m.drafted} ({m.acceptance:.0%})" if m.acceptance is not None else "–"
+        proposer = f"{m.proposer_ms_per_step:.2f}" if m.proposer_ms_per_step is not None else "–"
+        table.add_row(
+            m.method, str(m.tokens), f"{m.tokens_per_second:.1f}",
+            f"{ratio:.2f}x" if ratio else "–", f"{m.tokens_per_step:.2f}", acceptance, proposer,
+            "yes" if not m.mismatches else f"NO ({len(m.mismatches)})",
+        )
+    return table
+
+
+def eval_table(model: str, rows: list[dict]) -> Table:
+    table = Table(title=f"apply model evaluation · {model}")
+    for column in ("kind", "n", "exact", "unchanged lines kept", "parses", "similarity"):
+        table.add_column(column, justify="left" if column == "kind" else "right")
+    for row in rows:
+        table.add_row(
+            row["kind"], str(row["n"]), f"{row['exact']:.0%}", f"{row['unchanged_lines_kept']:.1%}",
+            f"{row['parses']:.0%}", f"{row['similarity']:.3f}",
+        )
+    return table
+
+
+def batch_table(outcomes, skipped: int = 0) -> Table:
+    title = "hsedit batch" + (f" · {skipped} task(s) already done, skipped" if skipped else "")
+    table = Table(title=title)
+    for column in ("file", "status", "tokens", "tok/step", "note"):
+        table.add_column(column, justify="left" if column in ("file", "status", "note") else "right")
+    styles = {"ok": "green", "unchanged": "dim", "failed": "red"}
+    for outcome in outcomes:
+        stats = outcome.stats or {}
+        note = escape(outcome.error or ("written" if outcome.written else ""))
+        table.add_row(
+            escape(outcome.path), f"[{styles[outcome.status]}]{outcome.status}[/]",
+            str(stats.get("completion_tokens", "–")), str(stats.get("tokens_per_step", "–")), note,
+        )
+    return table

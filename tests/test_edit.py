@@ -26,7 +26,13 @@ def test_prompt_holds_the_file_instruction_and_an_open_fence():
     assert prompt.response_prefix == "```python\n"
     assert completion_for("x = 1") == "x = 1\n```"
     assert language_for("a/b.RS") == "rust" and language_for("notes") == ""
-    assert set(load_template("apply")) == {"system", "user", "response_prefix"}
+    assert set(load_template("apply")) == {"system", "user", "user_update", "response_prefix"}
+
+
+def test_merge_prompt_carries_the_update_snippet():
+    prompt = ApplyPrompt.build("m.py", CODE, update="# ... existing code ...\n    return x + 2\n")
+    assert "```python\n# ... existing code ...\n    return x + 2\n```" in prompt.messages[1]["content"]
+    assert "Instruction" not in prompt.messages[1]["content"]
 
 
 # -- extraction ----------------------------------------------------------------------------

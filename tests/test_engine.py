@@ -84,7 +84,7 @@ def test_leaving_a_stream_early_aborts_its_requests(copy_engine, prompts):
     for _, _event in zip(range(3), stream):
         pass
     stream.close()
-    assert not copy_engine.llm.llm_engine.has_unfinished_requests()
+    assert not copy_engine.core.has_unfinished_requests()
     (again,) = copy_engine.generate([GenerationRequest(prompts["chat"], max_tokens=8)])
     assert again.stats.completion_tokens == 8
 

@@ -25,6 +25,7 @@ def test_books_what_the_target_kept_of_last_steps_draft():
     assert (first.source, first.drafted, first.accepted, first.emitted) == (None, 0, 0, (4,))
     assert (second.source, second.drafted, second.accepted) == (NGRAM, 9, 2)
     assert second.token_sources() == [NGRAM, NGRAM, TARGET]
+    assert second.copy_features.match_len == 4  # "1 2 3 4" matched; kept with the outcome
     assert planner.take_records("a") == []  # taken once
 
 

@@ -42,18 +42,20 @@ class ApplyPrompt:
     response_prefix: str
 
     @classmethod
-    def build(cls, path: str, code: str, instruction: str) -> ApplyPrompt:
+    def build(cls, path: str, code: str, instruction: str = "", update: str | None = None) -> ApplyPrompt:
+        """An instruction edit, or (with `update`) a lazy-snippet merge."""
         template = load_template("apply")
         fields = {
             "path": path,
             "language": language_for(path),
-            # The fence closes on its own line, so one final newline is the fence's, not the file's.
-            "code": code[:-1] if code.endswith("\n") else code,
+            "code": _strip_final_newline(code),
             "instruction": instruction.strip(),
+            "update": _strip_final_newline(update or ""),
         }
+        user = template["user_update"] if update is not None else template["user"]
         messages = [
             {"role": "system", "content": template["system"].format(**fields)},
-            {"role": "user", "content": template["user"].format(**fields)},
+            {"role": "user", "content": user.format(**fields)},
         ]
         return cls(messages, template["response_prefix"].format(**fields))
 
@@ -61,6 +63,11 @@ class ApplyPrompt:
         """Prompt text for a tokenizer with a chat template; the answer's prefix is already in it."""
         chat = tokenizer.apply_chat_template(self.messages, tokenize=False, add_generation_prompt=True)
         return chat + self.response_prefix
+
+
+def _strip_final_newline(text: str) -> str:
+    # A fence closes on its own line, so one final newline is the fence's, not the text's.
+    return text[:-1] if text.endswith("\n") else text
 
 
 def completion_for(new_code: str) -> str:

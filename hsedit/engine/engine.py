@@ -65,13 +65,35 @@ class GenerationRequest:
 
 
 @dataclass
+class SpecCounts:
+    """Engine-wide draft counts as vLLM's scheduler reports them, summed over the engine's life."""
+
+    steps: int = 0
+    drafts: int = 0  # request-steps that carried a draft
+    draft_tokens: int = 0  # draft tokens verified
+    accepted_tokens: int = 0
+
+    def snapshot(self) -> SpecCounts:
+        return SpecCounts(self.steps, self.drafts, self.draft_tokens, self.accepted_tokens)
+
+    def since(self, earlier: SpecCounts) -> SpecCounts:
+        return SpecCounts(
+            self.steps - earlier.steps,
+            self.drafts - earlier.drafts,
+            self.draft_tokens - earlier.draft_tokens,
+            self.accepted_tokens - earlier.accepted_tokens,
+        )
+
+
+@dataclass
 class StepEvent:
     """What one request gained in one engine step."""
 
     index: int  # position of the request in the list given to stream()
     token_ids: list[int]
     sources: list[str]  # one per token: "target" or the drafter name
-    pieces: list[tuple[str, str]]  # (text, source) runs, in order
+    pieces: list[tuple[str, str]]  # (text, source) runs, for display
+    text: str  # vLLM's own text delta: stop strings cut, special tokens skipped
     finished: bool
     stats: RequestStats
 
@@ -97,21 +119,23 @@ class Engine:
             warnings.filterwarnings("ignore", category=FutureWarning)
         with _silenced_stderr(quiet):
             self.model_path = resolve_model(options.model)
-            self.llm = self._build_llm()
+            self.counts = SpecCounts()
+            self.core = self._build_core()
             self.proposer = vllm_proposer.take_created() if options.drafter in OWN_DRAFTERS else None
-            self.tokenizer = self.llm.get_tokenizer()
-            self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+            self.tokenizer = self.core.get_tokenizer()
+            self.max_model_len = int(self.core.model_config.max_model_len)
             self._ids = itertools.count()
             self.cost_table: CostTable | None = None
             self.cost_table = self._profile_costs() if options.profile_costs else None
 
     # -- construction ----------------------------------------------------------------------
-    def _build_llm(self) -> Any:
+    def _build_core(self) -> Any:
         options = self.options
         try:
-            from vllm import LLM
+            from vllm.engine.arg_utils import EngineArgs
+            from vllm.v1.engine.llm_engine import LLMEngine
         except Exception as exc:  # pragma: no cover - depends on the installation
-            raise ModelError(f"vLLM is not importable: {exc}".splitlines()[0]) from exc
+            raise ModelError(f"vLLM is not importable: {_one_line(exc)}") from exc
         kwargs: dict[str, Any] = dict(
             model=self.model_path,
             dtype="float32",
@@ -119,7 +143,7 @@ class Engine:
             gpu_memory_utilization=0.5,
             kv_cache_memory_bytes=int(options.kv_cache_gib * (1 << 30)),
             seed=options.seed,
-            disable_log_stats=True,
+            disable_log_stats=False,  # the scheduler's spec-decode counts reach `self.counts`
         )
         if options.max_model_len:
             kwargs["max_model_len"] = options.max_model_len
@@ -127,22 +151,24 @@ class Engine:
             vllm_proposer.configure_next(
                 drafters=OWN_DRAFTERS[options.drafter], min_match=options.min_match
             )
-            kwargs["per_request_spec_decode_metrics"] = "summary"
             kwargs["speculative_config"] = {
                 "method": "custom_class",
                 "model": f"{vllm_proposer.__name__}.HseditProposer",
                 "num_speculative_tokens": options.num_speculative_tokens,
             }
         elif options.drafter == VLLM_NGRAM:
-            kwargs["per_request_spec_decode_metrics"] = "summary"
             kwargs["speculative_config"] = {
                 "method": "ngram",
                 "num_speculative_tokens": options.num_speculative_tokens,
                 "prompt_lookup_min": options.min_match,
                 "prompt_lookup_max": max(options.min_match, 5),
             }
+        if "speculative_config" in kwargs:
+            kwargs["per_request_spec_decode_metrics"] = "summary"
         try:
-            return LLM(**kwargs)
+            return LLMEngine.from_engine_args(
+                EngineArgs(**kwargs), stat_loggers=[_spec_counter_factory(self.counts)]
+            )
         except Exception as exc:
             raise ModelError(f"cannot start vLLM on {self.model_path}: {_one_line(exc)}") from exc
 
@@ -163,7 +189,8 @@ class Engine:
                     if last is not None:
                         times.append(now - last)
                     last = now
-                samples[1 + k] = statistics.median(times[1:] or times)
+                if times:  # a filler the target happens to accept can end the run in one step
+                    samples[1 + k] = statistics.median(times[1:] or times)
         finally:
             if planner:
                 planner.probe_length = None
@@ -178,10 +205,11 @@ class Engine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        core = self.llm.llm_engine
+        core = self.core
         plain_step = self.cost_table.step_time(1) if self.cost_table else None
         tracked: dict[str, _Tracked] = {}
         batch = uuid.uuid4().hex[:8]
+        counts_at_start = self.counts.snapshot()
         for index, request in enumerate(requests):
             prompt_ids = (
                 list(request.prompt)
@@ -209,7 +237,14 @@ class Engine:
                     item = tracked.get(output.request_id)
                     if item is None:
                         continue
-                    yield self._event(item, output, now)
+                    event = self._event(item, output, now)
+                    if event.finished and item.stats.engine_reported is None and len(tracked) == 1:
+                        # vLLM leaves out its per-request counts when a stop string ends the
+                        # request; alone in the engine, the engine-wide counts are the request's.
+                        delta = self.counts.since(counts_at_start)
+                        if delta.drafts:
+                            item.stats.engine_reported = (delta.draft_tokens, delta.accepted_tokens)
+                    yield event
         finally:
             unfinished = [ext for ext, item in tracked.items() if not item.finished]
             if unfinished:
@@ -231,8 +266,7 @@ class Engine:
             result.token_ids += event.token_ids
             result.sources += event.sources
             result.stats = event.stats
-            if event.finished:
-                result.text = self.tokenizer.decode(result.token_ids, skip_special_tokens=True)
+            result.text += event.text
         return results
 
     def _event(self, item: _Tracked, output: Any, now: float) -> StepEvent:
@@ -253,7 +287,7 @@ class Engine:
             tail = item.text.flush()
             if tail:
                 pieces.append((tail, sources[-1] if sources else TARGET))
-        return StepEvent(item.index, new_ids, sources, pieces, output.finished, item.stats)
+        return StepEvent(item.index, new_ids, sources, pieces, completion.text, output.finished, item.stats)
 
     def _attribute(self, item: _Tracked, completion: Any, emitted: int) -> tuple[StepLog, list[str]]:
         """Match this output to the proposer's record of the same step."""
@@ -320,6 +354,30 @@ class _IncrementalText:
         if new:
             self.shown = text
         return new
+
+
+def _spec_counter_factory(counts: SpecCounts) -> Callable[..., Any]:
+    """A vLLM stat logger (built by vLLM from this factory) that adds into `counts`."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class SpecCounter(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            pass
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0) -> None:
+            if scheduler_stats is None:
+                return
+            counts.steps += 1
+            spec = scheduler_stats.spec_decoding_stats
+            if spec is not None:
+                counts.drafts += spec.num_drafts
+                counts.draft_tokens += spec.num_draft_tokens
+                counts.accepted_tokens += spec.num_accepted_tokens
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return SpecCounter
 
 
 def _reported_spec_counts(completion: Any) -> tuple[int, int] | None:

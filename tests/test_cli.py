@@ -1,0 +1,200 @@
+"""`hsedit apply` through typer's CliRunner; the engine behind it is the real one."""
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hsedit.cli import app
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+RENAME = "rename the function total_value to inventory_value"
+BROKEN = '''def area(width, height):
+    return width * height
+
+
+def perimeter(width, height:
+    return 2 * (width + height)
+'''
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, ["apply", *map(str, args)])
+
+
+@pytest.fixture
+def heldout(tmp_path, monkeypatch):
+    """A held-out rename the shipped model performs exactly: (path, instruction, expected text)."""
+    from hsedit.finetune.dataset import HELDOUT, load
+
+    (example,) = [
+        e for e in load(HELDOUT)
+        if e.kind == "rename_function" and e.path == "compressed_tensors/distributed/utils.py"
+    ]
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q"], check=True)
+    target = tmp_path / example.path
+    target.parent.mkdir(parents=True)
+    target.write_text(example.before)
+    return example.path, example.instruction, example.after
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(EXAMPLES / "inventory.py", tmp_path / "inventory.py")
+    subprocess.run(["git", "init", "-q"], check=True)
+    return tmp_path
+
+
+# -- refusals before any model runs ---------------------------------------------------------
+def test_missing_file(workdir):
+    result = run("nope.py", RENAME)
+    assert result.exit_code == 3 and "no such file: nope.py" in result.output
+
+
+def test_directory(workdir):
+    result = run(workdir, RENAME)
+    assert result.exit_code == 3 and "directory" in result.output
+
+
+def test_binary_file(workdir):
+    (workdir / "blob.py").write_bytes(b"\x00\x01\x02")
+    result = run("blob.py", RENAME)
+    assert result.exit_code == 3 and "binary" in result.output
+
+
+def test_non_utf8_file(workdir):
+    (workdir / "latin.py").write_bytes("s = 'caf\xe9'\n".encode("latin-1"))
+    result = run("latin.py", RENAME)
+    assert result.exit_code == 3 and "UTF-8" in result.output
+
+
+def test_empty_instruction(workdir):
+    result = run("inventory.py", "   ")
+    assert result.exit_code == 2 and "instruction is empty" in result.output
+
+
+def test_unknown_drafter_and_force_without_write(workdir):
+    assert run("inventory.py", RENAME, "--drafter", "magic").exit_code == 2
+    assert run("inventory.py", RENAME, "--force").exit_code == 2
+
+
+def test_missing_model(workdir):
+    result = run("inventory.py", RENAME, "--model", "missing.gguf")
+    assert result.exit_code == 7 and "model file not found" in result.output
+
+
+def test_errors_are_one_line(workdir):
+    result = run("nope.py", RENAME)
+    assert result.output.count("\n") == 1
+
+
+# -- with the real engine ------------------------------------------------------------------
+@pytest.mark.engine
+def test_diff_applies_with_git_and_leaves_the_file(heldout):
+    path, instruction, expected = heldout
+    before = Path(path).read_text()
+    result = run(path, instruction)
+    assert result.exit_code == 0, result.output
+    diff = result.stdout  # stats and notes go to stderr
+    assert diff.startswith(f"--- a/{path}\n+++ b/{path}\n")
+    assert Path(path).read_text() == before
+    Path("change.diff").write_text(diff)
+    subprocess.run(["git", "apply", "change.diff"], check=True)
+    assert Path(path).read_text() == expected
+
+
+@pytest.mark.engine
+def test_json_carries_text_diff_and_stats(heldout):
+    path, instruction, expected = heldout
+    result = run(path, instruction, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    stats = report["stats"]
+    assert report["path"] == path and report["new_text"] == expected and report["changed"]
+    assert report["validation"] == {"language": "python", "ok": True, "message": ""}
+    for key in ("accepted_prediction_tokens", "rejected_prediction_tokens", "tokens_per_step",
+                "tokens_per_second", "engine_steps", "time_to_first_token_s", "speedup_estimate"):
+        assert key in stats
+    assert stats["accepted_prediction_tokens"] > 0
+    assert stats["drafters"]["ngram"]["accepted"] == stats["accepted_prediction_tokens"]
+    # --no-spec is the same text, with no drafts at all.
+    plain = json.loads(run(path, instruction, "--json", "--no-spec").stdout)
+    assert plain["new_text"] == report["new_text"]
+    assert plain["stats"]["accepted_prediction_tokens"] == 0 and plain["stats"]["drafters"] == {}
+
+
+@pytest.mark.engine
+def test_write_replaces_the_file_with_the_new_text(heldout):
+    path, instruction, expected = heldout
+    result = run(path, instruction, "--write", "--diff", "out.diff")
+    assert result.exit_code == 0, result.output
+    assert Path(path).read_text() == expected
+    assert Path("out.diff").read_text().startswith(f"--- a/{path}")
+
+
+@pytest.mark.engine
+def test_output_that_does_not_parse_is_not_written(workdir):
+    (workdir / "broken.py").write_text(BROKEN)
+    result = run("broken.py", "rename the function area to rectangle_area", "--write")
+    assert result.exit_code == 6, result.output
+    assert "does not parse" in result.stderr and "--force" in result.stderr
+    assert result.stdout.startswith("--- a/broken.py")  # the diff is still shown
+    assert (workdir / "broken.py").read_text() == BROKEN
+    forced = run("broken.py", "rename the function area to rectangle_area", "--write", "--force")
+    assert forced.exit_code == 0
+    assert (workdir / "broken.py").read_text() != BROKEN
+
+
+@pytest.mark.engine
+def test_truncated_output(workdir):
+    before = (workdir / "inventory.py").read_text()
+    result = run("inventory.py", RENAME, "--max-tokens", "5", "--write")
+    assert result.exit_code == 5 and "cut off at 5 tokens" in result.output
+    assert (workdir / "inventory.py").read_text() == before
+
+
+@pytest.mark.engine
+def test_file_too_long_for_the_context(workdir):
+    (workdir / "huge.py").write_text("".join(f"value_{i} = {i} * {i}\n" for i in range(3000)))
+    result = run("huge.py", "delete every line")
+    assert result.exit_code == 4, result.output
+    assert "too long for the model's context" in result.output and "8192" in result.output
+
+
+@pytest.mark.engine
+def test_ctrl_c_mid_stream_leaves_the_file(heldout, tmp_path):
+    path, instruction, _ = heldout
+    before = Path(path).read_text()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hsedit.cli", "apply", path, instruction, "--write"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    for line in process.stderr:  # wait until the engine is up and the edit has started
+        if "engine ready" in line:
+            break
+    time.sleep(1.0)  # the edit takes several seconds: this lands mid-stream
+    assert process.poll() is None, "the edit finished before it could be interrupted"
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr
+    assert Path(path).read_text() == before
+    assert sorted(p.name for p in Path(path).parent.iterdir()) == ["utils.py"]
+
+
+@pytest.mark.engine
+def test_default_model_performs_a_held_out_rename_exactly(heldout):
+    path, instruction, expected = heldout
+    result = run(path, instruction, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["new_text"] == expected
