@@ -20,6 +20,7 @@ from hsedit.apply import EditJob, EditResult, edit_request, finish_edit
 from hsedit.edit.files import atomic_write, read_source
 from hsedit.engine.engine import Engine, Generation, GenerationRequest, StepEvent
 from hsedit.errors import HseditError, UsageError
+from hsedit.tasks import is_edit, task_lines
 
 OK, UNCHANGED, FAILED = "ok", "unchanged", "failed"
 
@@ -47,18 +48,10 @@ class TaskOutcome:
 
 def load_batch(task_file: str | Path) -> list[BatchTask]:
     task_file = Path(task_file)
-    if not task_file.is_file():
-        raise UsageError(f"no such task file: {task_file}")
     tasks: list[BatchTask] = []
     seen: dict[Path, int] = {}
-    for number, line in enumerate(task_file.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{task_file}:{number}: not JSON ({exc.msg})") from exc
-        if not isinstance(item, dict) or "path" not in item or not ("instruction" in item or "update" in item):
+    for number, line, item in task_lines(task_file):
+        if not is_edit(item):
             raise UsageError(f'{task_file}:{number}: expected {{"path", "instruction"}} or {{"path", "update"}}')
         path = (task_file.parent / item["path"]).resolve()
         if path in seen:
@@ -69,8 +62,6 @@ def load_batch(task_file: str | Path) -> list[BatchTask]:
         seen[path] = number
         key = hashlib.sha1(line.strip().encode()).hexdigest()[:16]
         tasks.append(BatchTask(key, path, item["path"], item.get("instruction", ""), item.get("update")))
-    if not tasks:
-        raise UsageError(f"{task_file}: no tasks")
     return tasks
 
 

@@ -7,14 +7,15 @@ decoding: a drafter that changes the output is a bug, not a speedup.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hsedit.apply import EditJob, edit_request, prepare
+from hsedit.apply import EditJob, edit_request
+from hsedit.edit.files import read_source
 from hsedit.engine.engine import NO_DRAFTER, Engine, EngineOptions, GenerationRequest, shared_engine
 from hsedit.errors import UsageError
+from hsedit.tasks import is_edit, task_lines
 
 DEFAULT_METHODS = (NO_DRAFTER, "ngram", "vllm-ngram")
 CHAT_MAX_TOKENS = 256
@@ -98,27 +99,19 @@ class BenchReport:
 
 
 def load_tasks(path: str | Path) -> list[BenchTask]:
-    """Task lines: {"path", "instruction"} (an edit) or {"prompt"} (chat); paths relative to the file."""
+    """Edits ({"path", "instruction"} or {"path", "update"}) and chat prompts ({"prompt"})."""
     path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"no such task file: {path}")
     tasks = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-        if isinstance(item, dict) and "path" in item and "instruction" in item:
-            job = prepare(path.parent / item["path"], item["instruction"])
-            tasks.append(BenchTask(f"{item['path']}: {item['instruction']}", job=job))
-        elif isinstance(item, dict) and isinstance(item.get("prompt"), str):
+    for number, _line, item in task_lines(path):
+        if is_edit(item):
+            source = read_source(path.parent / item["path"])
+            job = EditJob.for_source(source, item["path"], item.get("instruction", ""), item.get("update"))
+            what = item.get("instruction") or "merge an update"
+            tasks.append(BenchTask(f"{item['path']}: {what}", job=job))
+        elif isinstance(item.get("prompt"), str):
             tasks.append(BenchTask(f"chat: {item['prompt'][:40]}", chat=item["prompt"]))
         else:
-            raise UsageError(f'{path}:{number}: expected {{"path", "instruction"}} or {{"prompt"}}')
-    if not tasks:
-        raise UsageError(f"{path}: no tasks")
+            raise UsageError(f'{path}:{number}: expected {{"path", "instruction"}}, {{"path", "update"}} or {{"prompt"}}')
     return tasks
 
 

@@ -38,6 +38,3 @@ class CostTable:
         lo, hi = tokens[i - 1], tokens[i]
         frac = (num_tokens - lo) / (hi - lo)
         return seconds[i - 1] + frac * (seconds[i] - seconds[i - 1])
-
-    def as_dict(self) -> dict[str, float]:
-        return {str(n): round(s * 1000, 3) for n, s in zip(self.tokens, self.seconds)}
