@@ -65,19 +65,23 @@ def load_batch(task_file: str | Path) -> list[BatchTask]:
     return tasks
 
 
-def finished_keys(results_file: Path) -> set[str]:
-    """Tasks that already succeeded in an earlier run."""
+def _latest_results(results_file: Path) -> dict[str, dict]:
+    """The last recorded result of each task key; a line cut short by a crash is ignored."""
+    latest: dict[str, dict] = {}
     if not results_file.is_file():
-        return set()
-    done = set()
+        return latest
     for line in results_file.read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
-            continue  # a line cut short by a crash: that task runs again
-        if row.get("status") in (OK, UNCHANGED):
-            done.add(row["key"])
-    return done
+            continue  # that task runs again
+        latest[row["key"]] = row
+    return latest
+
+
+def finished_keys(results_file: Path) -> set[str]:
+    """Tasks that already succeeded in an earlier run."""
+    return {key for key, row in _latest_results(results_file).items() if row.get("status") in (OK, UNCHANGED)}
 
 
 def run_batch(
@@ -144,12 +148,6 @@ def _failure(task: BatchTask, error: HseditError, stats: dict | None = None) -> 
 
 def combined_patch(tasks: Sequence[BatchTask], results_file: Path) -> str:
     """One patch of every task that succeeded, in this run or an earlier one (latest result wins)."""
-    latest: dict[str, dict] = {}
-    for line in results_file.read_text(encoding="utf-8").splitlines() if results_file.is_file() else []:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        latest[row["key"]] = row
+    latest = _latest_results(results_file)
     rows = [latest[t.key] for t in tasks if t.key in latest and latest[t.key]["status"] == OK]
     return "".join(row["diff"] for row in sorted(rows, key=lambda row: row["path"]))

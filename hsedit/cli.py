@@ -55,15 +55,14 @@ def apply(
     """Rewrite FILE as INSTRUCTION says; print a unified diff (or --write it)."""
     from hsedit import apply as core
     from hsedit.edit.diff import summarize
-    from hsedit.engine.engine import DRAFTER_CHOICES, EngineOptions, shared_engine
+    from hsedit.engine.engine import EngineOptions, shared_engine
 
     err = Console(stderr=True)
     live_wanted = not as_json and not os.environ.get("PRE_COMMIT") and err.is_terminal
     try:
         if no_spec:
             drafter = "none"
-        if drafter not in DRAFTER_CHOICES:
-            raise UsageError(f"unknown drafter {drafter!r}; choose from {', '.join(DRAFTER_CHOICES)}")
+        _check_methods([drafter])
         if force and not write:
             raise UsageError("--force only makes sense with --write")
         job = core.prepare(file, instruction)
@@ -113,14 +112,10 @@ def bench(
 ) -> None:
     """Compare drafting methods on the same tasks, side by side in one run."""
     from hsedit.bench import load_tasks, run_bench
-    from hsedit.engine.engine import DRAFTER_CHOICES
-
     err = Console(stderr=True)
     try:
         methods = [m.strip() for m in drafters.split(",") if m.strip()]
-        unknown = [m for m in methods if m not in DRAFTER_CHOICES]
-        if unknown:
-            raise UsageError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(DRAFTER_CHOICES)}")
+        _check_methods(methods)
         task_file = tasks or Path(__file__).resolve().parent.parent / "examples" / "tasks.jsonl"
         loaded = load_tasks(task_file)
         report = run_bench(
@@ -159,13 +154,12 @@ def batch(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hsedit.batch import FAILED, combined_patch, load_batch, run_batch
-    from hsedit.engine.engine import DRAFTER_CHOICES, EngineOptions, shared_engine
+    from hsedit.engine.engine import EngineOptions, shared_engine
 
     err = Console(stderr=True)
     results_file = results or tasks.with_name(tasks.name + ".results.jsonl")
     try:
-        if drafter not in DRAFTER_CHOICES:
-            raise UsageError(f"unknown drafter {drafter!r}; choose from {', '.join(DRAFTER_CHOICES)}")
+        _check_methods([drafter])
         loaded = load_batch(tasks)
         engine = shared_engine(EngineOptions(model=model, drafter=drafter))
     except HseditError as error:
@@ -294,6 +288,14 @@ def finetune_eval(
     from hsedit.ui import eval_table
 
     Console().print(eval_table(model or "embedded", rows))
+
+
+def _check_methods(methods: list[str]) -> None:
+    from hsedit.engine.engine import DRAFTER_CHOICES
+
+    unknown = [m for m in methods if m not in DRAFTER_CHOICES]
+    if unknown:
+        raise UsageError(f"unknown drafter {', '.join(unknown)!r}; choose from {', '.join(DRAFTER_CHOICES)}")
 
 
 def _write_diff(path: Path, diff: str) -> None:
