@@ -33,7 +33,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -m "not engine"
 
 bench: setup
-	$(BIN)/hsedit bench
+	$(BIN)/hsedit bench --batch-size 1,4 --plot bench.png
 
 clean:
 	rm -rf $(VENV)

@@ -1,24 +1,33 @@
-"""`hsedit bench`: drafting methods side by side on the same tasks, interleaved in one run.
+"""`hsedit bench`: drafting methods side by side on the same workloads, interleaved in one run.
 
-The machine is noisy, so methods take turns on every task (the order rotates) and speed is
-reported as ratios from the same run. Every output is checked token for token against plain
-decoding: a drafter that changes the output is a bug, not a speedup.
+The machine is noisy, so for every workload and batch size the methods take turns (the order
+rotates) and speed is reported as ratios from the same run. A batch size b runs b requests
+concurrently in one engine (the workload's tasks, repeated if there are fewer than b). Every
+output is checked token for token against plain decoding at the same batch size: a drafter
+that changes the output is a bug, not a speedup.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hsedit.apply import EditJob, edit_request
+from hsedit.edit.diff import edit_distance
+from hsedit.edit.extract import extract_file
 from hsedit.edit.files import read_source
 from hsedit.engine.engine import NO_DRAFTER, Engine, EngineOptions, GenerationRequest, shared_engine
 from hsedit.errors import UsageError
+from hsedit.spec.chain import DSPARK, VLLM_SUFFIX
 from hsedit.tasks import is_edit, task_lines
 
-DEFAULT_METHODS = (NO_DRAFTER, "ngram", "vllm-ngram")
-CHAT_MAX_TOKENS = 256
+DEFAULT_METHODS = (NO_DRAFTER, "ngram", "dspark", "hybrid")
+BUILTIN_WORKLOADS = ("light", "heavy", "snippet", "chat")
+CHAT_MAX_TOKENS = 192
 
 
 @dataclass(frozen=True)
@@ -28,18 +37,30 @@ class BenchTask:
     chat: str | None = None  # ... or a chat prompt
 
 
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    tasks: list[BenchTask]
+
+
 @dataclass
-class MethodTotals:
+class Cell:
+    """One method on one workload at one batch size, summed over its runs."""
+
+    workload: str
+    batch_size: int
     method: str
     tokens: int = 0
     seconds: float = 0.0
-    steps: int = 0
-    drafted: int = 0
-    accepted: int = 0
+    request_steps: int = 0  # engine steps summed over requests
+    drafted: Counter = field(default_factory=Counter)  # per drafter
+    accepted: Counter = field(default_factory=Counter)
     proposer_seconds: float = 0.0
     proposer_steps: int = 0
-    runs: int = 0
+    # per drafter: [times slot k was verified, times it was accepted], k = 1, 2, ...
+    positions: dict = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)
+    skipped: str | None = None  # why the method could not run
 
     @property
     def tokens_per_second(self) -> float:
@@ -47,55 +68,88 @@ class MethodTotals:
 
     @property
     def tokens_per_step(self) -> float:
-        return self.tokens / self.steps if self.steps else 0.0
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return self.tokens / self.request_steps if self.request_steps else 0.0
 
     @property
     def proposer_ms_per_step(self) -> float | None:
         return 1000 * self.proposer_seconds / self.proposer_steps if self.proposer_steps else None
 
+    def acceptance_by_position(self) -> dict[str, list[float]]:
+        """Per drafter: P(slot k accepted | slots before it accepted), as verification found it."""
+        out = {}
+        for name, (verified, accepted) in sorted(self.positions.items()):
+            reached = [k for k, v in enumerate(verified) if v]
+            out[name] = [round(accepted[k] / verified[k], 3) for k in range(reached[-1] + 1)] if reached else []
+        return out
+
+    def acceptance(self) -> dict[str, tuple[int, int]]:
+        return {name: (self.accepted[name], self.drafted[name]) for name in sorted(self.drafted) if self.drafted[name]}
+
 
 @dataclass
 class BenchReport:
-    methods: list[MethodTotals]
-    tasks: list[str]
+    cells: list[Cell]
+    workloads: dict[str, list[str]]  # workload -> task names
+    edit_distance: dict[str, float | None]  # workload -> mean over its plain outputs
+    batch_sizes: list[int]
     repeats: int
+    methods: list[str]
+    # the plain engine's one-token step time (its cost table): the yardstick for proposer time
+    plain_step_ms: float | None = None
 
     @property
     def exact(self) -> bool:
-        return not any(m.mismatches for m in self.methods)
+        return not any(c.mismatches for c in self.cells)
 
-    def ratio(self, method: MethodTotals, baseline: str = NO_DRAFTER) -> float | None:
-        base = next((m for m in self.methods if m.method == baseline), None)
-        if base is None or not base.tokens_per_second:
+    def cell(self, workload: str, batch_size: int, method: str) -> Cell | None:
+        return next(
+            (c for c in self.cells if (c.workload, c.batch_size, c.method) == (workload, batch_size, method)), None
+        )
+
+    def ratio(self, cell: Cell, baseline: str) -> float | None:
+        base = self.cell(cell.workload, cell.batch_size, baseline)
+        if base is None or not base.tokens_per_second or not cell.tokens_per_second:
             return None
-        return method.tokens_per_second / base.tokens_per_second
+        return cell.tokens_per_second / base.tokens_per_second
 
     def as_dict(self) -> dict:
         return {
-            "tasks": self.tasks,
+            "workloads": self.workloads,
+            "edit_distance": {k: _round(v) for k, v in self.edit_distance.items()},
+            "batch_sizes": self.batch_sizes,
             "repeats": self.repeats,
             "exact": self.exact,
-            "methods": [
+            "plain_step_ms": _round(self.plain_step_ms),
+            "rows": [
                 {
-                    "method": m.method,
-                    "tokens": m.tokens,
-                    "seconds": round(m.seconds, 3),
-                    "tokens_per_second": round(m.tokens_per_second, 3),
-                    "ratio_to_plain": _round(self.ratio(m)),
-                    "tokens_per_step": round(m.tokens_per_step, 3),
-                    "acceptance": _round(m.acceptance),
-                    "drafted": m.drafted,
-                    "accepted": m.accepted,
-                    "proposer_ms_per_step": _round(m.proposer_ms_per_step),
-                    "mismatches": m.mismatches,
+                    "workload": c.workload,
+                    "batch_size": c.batch_size,
+                    "method": c.method,
+                    "skipped": c.skipped,
+                    "tokens": c.tokens,
+                    "seconds": round(c.seconds, 3),
+                    "tokens_per_second": round(c.tokens_per_second, 3),
+                    "ratio_to_plain": _round(self.ratio(c, NO_DRAFTER)),
+                    "ratio_to_dspark": _round(self.ratio(c, DSPARK)),
+                    "tokens_per_step": round(c.tokens_per_step, 3),
+                    "acceptance": {k: {"accepted": a, "drafted": d} for k, (a, d) in c.acceptance().items()},
+                    "acceptance_by_position": c.acceptance_by_position(),
+                    "proposer_ms_per_step": _round(c.proposer_ms_per_step),
+                    "mismatches": c.mismatches,
                 }
-                for m in self.methods
+                for c in self.cells
             ],
         }
+
+
+# -- workloads ------------------------------------------------------------------------------
+def builtin_dir() -> Path:
+    packaged = Path(__file__).resolve().parent / "benchmarks"  # inside an installed wheel
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def builtin_workloads(names: Sequence[str] = BUILTIN_WORKLOADS) -> list[Workload]:
+    return [Workload(name, load_tasks(builtin_dir() / f"{name}.jsonl")) for name in names]
 
 
 def load_tasks(path: str | Path) -> list[BenchTask]:
@@ -115,59 +169,126 @@ def load_tasks(path: str | Path) -> list[BenchTask]:
     return tasks
 
 
+# -- running --------------------------------------------------------------------------------
 def run_bench(
-    tasks: Sequence[BenchTask],
+    workloads: Sequence[Workload],
     methods: Sequence[str] = DEFAULT_METHODS,
+    batch_sizes: Sequence[int] = (1,),
     repeats: int = 1,
     engine_for: Callable[[str], Engine] | None = None,
-    on_run: Callable[[str, str, int], None] | None = None,
+    on_run: Callable[[str, str, int, int], None] | None = None,
 ) -> BenchReport:
-    engine_for = engine_for or (lambda method: shared_engine(EngineOptions(drafter=method)))
+    engine_for = engine_for or engine_for_method
     methods = [NO_DRAFTER, *(m for m in dict.fromkeys(methods) if m != NO_DRAFTER)]
-    engines = {method: engine_for(method) for method in methods}  # start all before timing
-    totals = {method: MethodTotals(method) for method in methods}
-    outputs: dict[tuple[str, int], list[list[int]]] = {}
+    engines: dict[str, Engine] = {}
+    skipped: dict[str, str] = {}
+    for method in methods:  # start every engine before timing anything
+        try:
+            engines[method] = engine_for(method)
+        except UnavailableMethod as why:
+            skipped[method] = str(why)
+    cells = {
+        (w.name, b, m): Cell(w.name, b, m, skipped=skipped.get(m))
+        for w in workloads for b in batch_sizes for m in methods
+    }
+    runnable = [m for m in methods if m in engines]
+    outputs: dict[tuple[str, int, str], list[tuple[list[BenchTask], list[list[int]], list[str]]]] = {}
+    distances: dict[str, list[float]] = {}
     for repeat in range(repeats):
-        for t, task in enumerate(tasks):
-            shift = (repeat + t) % len(methods)
-            for method in methods[shift:] + methods[:shift]:
-                if on_run:
-                    on_run(method, task.name, repeat)
-                engine = engines[method]
-                token_ids = _run_once(engine, _request(engine, task), totals[method])
-                outputs.setdefault((method, t), []).append(token_ids)
-    for (method, t), runs in outputs.items():
-        if any(run != outputs[(NO_DRAFTER, t)][0] for run in runs):
-            totals[method].mismatches.append(tasks[t].name)
-    return BenchReport(list(totals.values()), [t.name for t in tasks], repeats)
+        for w_index, workload in enumerate(workloads):
+            for b_index, batch_size in enumerate(batch_sizes):
+                shift = (repeat + w_index + b_index) % len(runnable)
+                for method in runnable[shift:] + runnable[:shift]:
+                    if on_run:
+                        on_run(method, workload.name, batch_size, repeat)
+                    engine = engines[method]
+                    cell = cells[(workload.name, batch_size, method)]
+                    for group in _groups(workload.tasks, batch_size):
+                        ids, texts = _run_group(engine, group, cell)
+                        outputs.setdefault((workload.name, batch_size, method), []).append((group, ids, texts))
+                        if method == NO_DRAFTER and batch_size == batch_sizes[0] and repeat == 0:
+                            distances.setdefault(workload.name, []).extend(
+                                d for task, text in zip(group, texts) if (d := _distance(task, text)) is not None
+                            )
+    for (workload, batch_size, method), runs in outputs.items():
+        reference = outputs[(workload, batch_size, NO_DRAFTER)]  # the same groups, in the same order
+        for (group, ids, _), (_, ref_ids, _) in zip(runs, reference):
+            for task, mine, theirs in zip(group, ids, ref_ids):
+                if mine != theirs and task.name not in cells[(workload, batch_size, method)].mismatches:
+                    cells[(workload, batch_size, method)].mismatches.append(task.name)
+    return BenchReport(
+        cells=list(cells.values()),
+        workloads={w.name: [t.name for t in w.tasks] for w in workloads},
+        edit_distance={w.name: (sum(distances[w.name]) / len(distances[w.name]) if distances.get(w.name) else None)
+                       for w in workloads},
+        batch_sizes=list(batch_sizes),
+        repeats=repeats,
+        methods=methods,
+        plain_step_ms=(1000 * plain.cost_table.step_time(1)
+                       if (plain := engines.get(NO_DRAFTER)) is not None and plain.cost_table else None),
+    )
+
+
+class UnavailableMethod(Exception):
+    """A method that cannot run on this installation (e.g. a missing optional package)."""
+
+
+def engine_for_method(method: str, model: str | None = None, dspark: str | None = None) -> Engine:
+    if method == VLLM_SUFFIX and importlib.util.find_spec("arctic_inference") is None:
+        raise UnavailableMethod(
+            "vLLM's suffix decoding needs arctic-inference, which is not installed "
+            "(pip install --no-build-isolation arctic-inference)"
+        )
+    return shared_engine(EngineOptions(model=model, drafter=method, dspark=dspark))
+
+
+def _groups(tasks: list[BenchTask], batch_size: int) -> list[list[BenchTask]]:
+    """Batches of `batch_size` tasks; a workload smaller than the batch repeats its tasks."""
+    count = max(len(tasks), batch_size)
+    count += (-count) % batch_size
+    cycled = [tasks[i % len(tasks)] for i in range(count)]
+    return [cycled[i : i + batch_size] for i in range(0, count, batch_size)]
+
+
+def _run_group(engine: Engine, group: list[BenchTask], cell: Cell) -> tuple[list[list[int]], list[str]]:
+    proposer = engine.proposer
+    before = (proposer.propose_seconds, proposer.propose_calls) if proposer else (0.0, 0)
+    requests = [_request(engine, task) for task in group]
+    started = time.perf_counter()
+    results = engine.generate(requests)
+    cell.seconds += time.perf_counter() - started
+    for result in results:
+        stats = result.stats
+        cell.tokens += stats.completion_tokens
+        cell.request_steps += len(stats.steps)
+        cell.drafted.update(stats.drafted)
+        cell.accepted.update(stats.accepted)
+        for step in stats.steps:
+            if step.source and step.drafted:
+                verified, accepted = cell.positions.setdefault(step.source, ([0] * 16, [0] * 16))
+                # Slot k was verified if every earlier slot was accepted; matched counts what
+                # verification kept even where max_tokens cut the output short.
+                for k in range(min(step.drafted, step.matched + 1, 16)):
+                    verified[k] += 1
+                    accepted[k] += k < step.matched
+    if proposer:
+        cell.proposer_seconds += proposer.propose_seconds - before[0]
+        cell.proposer_steps += proposer.propose_calls - before[1]
+    return [r.token_ids for r in results], [r.text for r in results]
 
 
 def _request(engine: Engine, task: BenchTask) -> GenerationRequest:
     if task.job is not None:
         return edit_request(engine, task.job)
-    prompt = engine.tokenizer.apply_chat_template(
-        [{"role": "user", "content": task.chat}], tokenize=False, add_generation_prompt=True
-    )
-    return GenerationRequest(prompt, max_tokens=CHAT_MAX_TOKENS)
+    return GenerationRequest(engine.chat_prompt(task.chat), max_tokens=CHAT_MAX_TOKENS)
 
 
-def _run_once(engine: Engine, request: GenerationRequest, totals: MethodTotals) -> list[int]:
-    proposer = engine.proposer
-    before = (proposer.propose_seconds, proposer.propose_calls) if proposer else (0.0, 0)
-    counts_before = engine.counts.snapshot()
-    (generation,) = engine.generate([request])
-    stats = generation.stats
-    verified = engine.counts.since(counts_before)  # vLLM's scheduler counts, for every method alike
-    totals.runs += 1
-    totals.tokens += stats.completion_tokens
-    totals.seconds += stats.elapsed_s
-    totals.steps += len(stats.steps)
-    totals.drafted += verified.draft_tokens
-    totals.accepted += verified.accepted_tokens
-    if proposer:
-        totals.proposer_seconds += proposer.propose_seconds - before[0]
-        totals.proposer_steps += proposer.propose_calls - before[1]
-    return generation.token_ids
+def _distance(task: BenchTask, text: str) -> float | None:
+    """Edit distance between an edit's input file and the file the model wrote."""
+    if task.job is None:
+        return None
+    original = task.job.source.text
+    return edit_distance(original, extract_file(text, original).text)
 
 
 def _round(value: float | None) -> float | None:

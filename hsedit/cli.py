@@ -31,6 +31,12 @@ def _root() -> None:
 EXIT_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
 
 
+DsparkOption = Annotated[
+    Optional[str],
+    typer.Option(help="DSpark drafter directory (DeepSpec layout); default: the shipped one, for the embedded models."),
+]
+
+
 def _fail(console: Console, error: HseditError) -> typer.Exit:
     console.print(f"hsedit: error: {error}", style="red", markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(error.exit_code)
@@ -45,12 +51,13 @@ def apply(
     diff_path: Annotated[Optional[Path], typer.Option("--diff", help="Write the unified diff here instead of stdout.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: new text, diff, stats.")] = False,
     no_spec: Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no drafts (the baseline).")] = False,
-    drafter: Annotated[str, typer.Option(help="Drafter: ngram (copy), none, vllm-ngram.")] = "ngram",
+    drafter: Annotated[str, typer.Option(help="Drafter: hybrid (copy + model, chosen per request by price), ngram (copy), dspark (model), none, vllm-ngram, vllm-suffix.")] = "hybrid",
     max_tokens: Annotated[Optional[int], typer.Option(help="Cap on generated tokens (default: from the file's size).", min=1)] = None,
     temperature: Annotated[float, typer.Option(help="0 is greedy; output is exactly the model's either way.", min=0.0)] = 0.0,
     seed: Annotated[Optional[int], typer.Option(help="Sampling seed (with --temperature > 0).")] = None,
     model: Annotated[Optional[str], typer.Option(help="HF hub id, HF directory, .gguf file, or embedded / embedded-base (default: embedded, the fine-tuned SmolLM2).")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="vLLM compiled mode: faster steps, slow first start.")] = False,
+    dspark: DsparkOption = None,
 ) -> None:
     """Rewrite FILE as INSTRUCTION says; print a unified diff (or --write it)."""
     from hsedit import apply as core
@@ -68,7 +75,7 @@ def apply(
         job = core.prepare(file, instruction)
         started = time.perf_counter()
         with err.status("starting the engine…") if live_wanted else nullcontext():
-            engine = shared_engine(EngineOptions(model=model, drafter=drafter, compile=compile, seed=seed or 0))
+            engine = shared_engine(EngineOptions(model=model, drafter=drafter, compile=compile, seed=seed or 0, dspark=dspark))
         if not as_json:
             err.print(
                 f"hsedit: engine ready in {time.perf_counter() - started:.1f} s "
@@ -105,25 +112,50 @@ def apply(
 
 @app.command()
 def bench(
-    tasks: Annotated[Optional[Path], typer.Option(help="Task file (JSON lines); default: examples/tasks.jsonl.")] = None,
-    drafters: Annotated[str, typer.Option(help="Comma-separated methods; plain decoding always runs.")] = "none,ngram,vllm-ngram",
-    repeats: Annotated[int, typer.Option(help="Rounds over all tasks (methods interleaved).", min=1)] = 1,
+    tasks: Annotated[Optional[Path], typer.Option(help="Your own task file (JSON lines); default: the built-in workloads (light, heavy, snippet, chat).")] = None,
+    drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, ngram, vllm-ngram, vllm-suffix, dspark, hybrid; plain decoding always runs.")] = "none,ngram,dspark,hybrid",
+    batch_size: Annotated[str, typer.Option(help="Comma-separated batch sizes (concurrent requests).")] = "1,4",
+    workloads: Annotated[Optional[str], typer.Option(help="Built-in workloads to run (comma-separated).")] = None,
+    repeats: Annotated[int, typer.Option(help="Rounds over everything (methods interleaved).", min=1)] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    plot: Annotated[Optional[Path], typer.Option(help="Write a PNG: throughput ratio against batch size per workload.")] = None,
+    model: Annotated[Optional[str], typer.Option(help="As for apply.")] = None,
+    dspark: DsparkOption = None,
 ) -> None:
-    """Compare drafting methods on the same tasks, side by side in one run."""
-    from hsedit.bench import load_tasks, run_bench
+    """Compare drafting methods on the same workloads and batch sizes, side by side in one run."""
+    from hsedit.bench import (
+        BUILTIN_WORKLOADS,
+        Workload,
+        builtin_workloads,
+        engine_for_method,
+        load_tasks,
+        run_bench,
+    )
+
     err = Console(stderr=True)
     try:
         methods = [m.strip() for m in drafters.split(",") if m.strip()]
         _check_methods(methods)
-        task_file = tasks or Path(__file__).resolve().parent.parent / "examples" / "tasks.jsonl"
-        loaded = load_tasks(task_file)
+        sizes = _positive_ints(batch_size, "--batch-size")
+        if tasks is not None:
+            chosen = [Workload(tasks.stem, load_tasks(tasks))]
+        else:
+            names = [w.strip() for w in (workloads or ",".join(BUILTIN_WORKLOADS)).split(",") if w.strip()]
+            unknown = set(names) - set(BUILTIN_WORKLOADS)
+            if unknown:
+                raise UsageError(f"unknown workload {', '.join(sorted(unknown))}; choose from {', '.join(BUILTIN_WORKLOADS)}")
+            chosen = builtin_workloads(names)
         report = run_bench(
-            loaded, methods, repeats,
-            on_run=lambda method, task, r: err.print(
-                f"[{r + 1}/{repeats}] {method:>10} · {task}", style="dim", highlight=False, soft_wrap=True
+            chosen, methods, sizes, repeats,
+            engine_for=lambda method: engine_for_method(method, model, dspark),
+            on_run=lambda method, workload, b, r: err.print(
+                f"[{r + 1}/{repeats}] {workload:>8} · batch {b:>2} · {method}", style="dim", highlight=False
             ),
         )
+        if plot is not None:
+            from hsedit.plot import plot_report
+
+            err.print(f"plot: {plot_report(report, plot)}", style="dim")
     except HseditError as error:
         raise _fail(err, error) from None
     if as_json:
@@ -132,11 +164,23 @@ def bench(
         from hsedit.ui import bench_table
 
         console = Console()
-        console.print(bench_table(report), width=max(console.width, 120))
+        console.print(bench_table(report), width=max(console.width, 150))
     if not report.exact:
+        mismatched = [c for c in report.cells if c.mismatches]
         err.print("hsedit: error: outputs differ from plain decoding: " + "; ".join(
-            f"{m.method}: {', '.join(m.mismatches)}" for m in report.methods if m.mismatches), style="red", soft_wrap=True)
+            f"{c.method} at batch {c.batch_size} on {c.workload}: {', '.join(c.mismatches)}" for c in mismatched
+        ), style="red", soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _positive_ints(text: str, option: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{option} takes comma-separated whole numbers, not {text!r}") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"{option} needs numbers of at least 1, not {text!r}")
+    return values
 
 
 @app.command(epilog=EXIT_HELP)
@@ -147,8 +191,9 @@ def batch(
     results: Annotated[Optional[Path], typer.Option(help="Results file (default: TASKS.results.jsonl); finished tasks are skipped on rerun.")] = None,
     max_batch: Annotated[int, typer.Option(help="Edits run concurrently in the engine.", min=1)] = 8,
     max_tokens: Annotated[Optional[int], typer.Option(min=1)] = None,
-    drafter: Annotated[str, typer.Option(help="Drafter: ngram (copy), none, vllm-ngram.")] = "ngram",
+    drafter: Annotated[str, typer.Option(help="Drafter: hybrid (copy + model, chosen per request by price), ngram (copy), dspark (model), none, vllm-ngram, vllm-suffix.")] = "hybrid",
     model: Annotated[Optional[str], typer.Option(help="As for apply.")] = None,
+    dspark: DsparkOption = None,
 ) -> None:
     """Run every edit of a task file concurrently in one engine; resumable."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -161,7 +206,7 @@ def batch(
     try:
         _check_methods([drafter])
         loaded = load_batch(tasks)
-        engine = shared_engine(EngineOptions(model=model, drafter=drafter))
+        engine = shared_engine(EngineOptions(model=model, drafter=drafter, dspark=dspark))
     except HseditError as error:
         raise _fail(err, error) from None
     totals = {"tokens": 0, "accepted": 0, "drafted": 0, "started": time.perf_counter()}
@@ -288,6 +333,145 @@ def finetune_eval(
     from hsedit.ui import eval_table
 
     Console().print(eval_table(model or "embedded", rows))
+
+
+@app.command()
+def calibrate(
+    model: Annotated[Optional[str], typer.Option(help="Target model, as for apply (default: embedded).")] = None,
+    prompts: Annotated[Optional[list[Path]], typer.Option(help="General-text prompt files (JSON lines, {\"turns\": [...]}); default: the shared MT-Bench, SWE-bench and HumanEval sets.")] = None,
+    limit: Annotated[int, typer.Option(help="General prompts to use.", min=10)] = 200,
+    edits: Annotated[int, typer.Option(help="Held-out edit prompts to score the fit on (never fit).", min=0)] = 40,
+    out: Annotated[Optional[Path], typer.Option(help="Where to save the coefficients (default: the model's entry in hsedit's cache, which the hybrid drafter reads).")] = None,
+) -> None:
+    """Fit the copy drafter's acceptance model for a target on its own general-text outputs."""
+    from hsedit.calibrate import calibrate as fit
+    from hsedit.calibrate import edit_prompts_from_heldout, read_general_prompts, shared_prompt_files
+    from hsedit.engine.engine import EngineOptions, shared_engine
+    from hsedit.engine.provision import copy_model_path
+
+    err = Console(stderr=True)
+    try:
+        files = list(prompts or shared_prompt_files())
+        if not files:
+            raise UsageError("no prompt files: pass --prompts FILE (JSON lines of general text)")
+        missing = [str(f) for f in files if not Path(f).is_file()]
+        if missing:
+            raise UsageError(f"no such prompt file: {missing[0]}")
+        general = read_general_prompts(files, limit)
+        engine = shared_engine(EngineOptions(model=model, drafter="ngram"))
+        edit_prompts = edit_prompts_from_heldout(engine, edits) if edits else []
+        fitted, report = fit(engine, general, edit_prompts, model or "embedded", log=lambda m: err.print(m, style="dim"))
+    except HseditError as error:
+        raise _fail(err, error) from None
+    target = out or copy_model_path(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fitted.save(target)
+    typer.echo(json.dumps({"saved": str(target), **report}, indent=2))
+
+
+hook_app = typer.Typer(no_args_is_help=True, help="pre-commit hooks (instructions from [tool.hsedit] in pyproject.toml).")
+app.add_typer(hook_app, name="hook")
+
+
+@hook_app.command("check")
+def hook_check(files: Annotated[Optional[list[str]], typer.Argument()] = None) -> None:
+    """Fail and print the diff when an edit would change a staged file."""
+    _hook("check", files or [])
+
+
+@hook_app.command("fix")
+def hook_fix(files: Annotated[Optional[list[str]], typer.Argument()] = None) -> None:
+    """Rewrite staged files (only outputs that parse) and fail so they are re-staged."""
+    _hook("fix", files or [])
+
+
+def _hook(mode: str, files: list[str]) -> None:
+    import importlib.util
+
+    err = Console(stderr=True)
+    if importlib.util.find_spec("vllm") is None:
+        # pre-commit installs hsedit alone into its own environment; the engine lives in the one
+        # `make setup` (or pip install hsedit[cpu]) made. HSEDIT_PYTHON names its interpreter.
+        python = os.environ.get("HSEDIT_PYTHON")
+        if not python:
+            err.print("hsedit: error: the hook needs vLLM: set HSEDIT_PYTHON to the python of an "
+                      "environment with hsedit[cpu] or hsedit[gpu] installed", style="red", soft_wrap=True)
+            raise typer.Exit(UsageError.exit_code)
+        os.execv(python, [python, "-m", "hsedit.cli", "hook", mode, *files])
+    from hsedit.engine.engine import EngineOptions, shared_engine
+    from hsedit.hook import run_hook
+
+    try:
+        status = run_hook(
+            lambda config: shared_engine(EngineOptions(model=config.model, drafter=config.drafter)),
+            files, fix=mode == "fix", root=Path.cwd(), say=lambda line: typer.echo(line),
+        )
+    except HseditError as error:
+        raise _fail(err, error) from None
+    raise typer.Exit(status)
+
+
+drafter_app = typer.Typer(no_args_is_help=True, help="Train the DSpark model drafter for a target.")
+app.add_typer(drafter_app, name="drafter")
+
+
+@drafter_app.command("train")
+def drafter_train(
+    out: Annotated[Path, typer.Option(help="Directory for the drafter (config.json + model.safetensors).")],
+    target: Annotated[Optional[str], typer.Option(help="Target model, as --model takes it (default: embedded).")] = None,
+    corpus: Annotated[Optional[list[Path]], typer.Option(help="JSON-lines prompt files the target answers ({\"turns\": [...]} or {\"prompt\": ...}); repeatable.")] = None,
+    max_prompts: Annotated[int, typer.Option(min=0)] = 400,
+    edit_examples: Annotated[int, typer.Option(help="Generated edit examples added to the data.", min=0)] = 200,
+    minutes: Annotated[float, typer.Option(help="Training time budget.", min=0.1)] = 60.0,
+    draft_layers: Annotated[int, typer.Option(min=1)] = 1,
+    markov_rank: Annotated[int, typer.Option(min=0)] = 32,
+    learning_rate: Annotated[float, typer.Option()] = 1e-3,
+    data_cache: Annotated[Optional[Path], typer.Option(help="Keep prepared sequences here and reuse them.")] = None,
+) -> None:
+    """Generate target data, train backbone + Markov + confidence heads, fit STS, save."""
+    from hsedit.drafter.train import DrafterTrainConfig, run
+
+    config = DrafterTrainConfig(
+        target=target, output=str(out), corpus=[str(c) for c in corpus or []], max_prompts=max_prompts,
+        edit_examples=edit_examples, minutes=minutes, draft_layers=draft_layers, markov_rank=markov_rank,
+        learning_rate=learning_rate, data_cache=str(data_cache) if data_cache else None,
+    )
+    try:
+        path, report = run(config, log=typer.echo)
+    except HseditError as error:
+        raise _fail(Console(stderr=True), error) from None
+    summary = {k: v for k, v in report.items() if k not in ("history", "config")}
+    typer.echo(json.dumps({"drafter": str(path), **summary}))
+
+
+@drafter_app.command("eval")
+def drafter_eval(
+    prompts: Annotated[list[Path], typer.Option(help="JSON-lines prompt files the target answers (new to the drafter).")],
+    drafter: DsparkOption = None,
+    target: Annotated[Optional[str], typer.Option(help="Target model, as --model takes it (default: embedded).")] = None,
+    limit: Annotated[int, typer.Option(help="Prompts to use.", min=1)] = 40,
+    edits: Annotated[int, typer.Option(help="Held-out edit examples to add (never trained on).", min=0)] = 40,
+) -> None:
+    """Per-position acceptance and calibration (ECE, AUC) of a drafter's survival, before/after STS."""
+    from hsedit.drafter.data import read_prompts
+    from hsedit.drafter.train import evaluate
+    from hsedit.engine.provision import resolve_drafter
+    from hsedit.finetune.dataset import HELDOUT, load
+
+    err = Console(stderr=True)
+    try:
+        missing = [str(p) for p in prompts if not p.is_file()]
+        if missing:
+            raise UsageError(f"no such prompt file: {missing[0]}")
+        import random
+
+        heldout = load(HELDOUT, split="eval")
+        examples = random.Random(0).sample(heldout, min(edits, len(heldout)))
+        report = evaluate(resolve_drafter(drafter, target), target, read_prompts(prompts, limit), examples,
+                          log=lambda m: err.print(m, style="dim"))
+    except HseditError as error:
+        raise _fail(err, error) from None
+    typer.echo(json.dumps(report, indent=2))
 
 
 def _check_methods(methods: list[str]) -> None:

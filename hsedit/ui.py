@@ -13,9 +13,9 @@ from rich.text import Text
 
 from hsedit.engine.engine import StepEvent
 from hsedit.engine.stats import RequestStats
-from hsedit.spec.chain import DSPARK, NGRAM, TARGET, VLLM_NGRAM
+from hsedit.spec.chain import DSPARK, NGRAM, TARGET, VLLM_NGRAM, VLLM_SUFFIX
 
-SOURCE_STYLES = {NGRAM: "green", DSPARK: "cyan", TARGET: "default", VLLM_NGRAM: "green"}
+SOURCE_STYLES = {NGRAM: "green", DSPARK: "cyan", TARGET: "default", VLLM_NGRAM: "green", VLLM_SUFFIX: "green"}
 LEGEND = Text.assemble(
     ("copied", SOURCE_STYLES[NGRAM]), " · ", ("model-drafted", SOURCE_STYLES[DSPARK]), " · generated"
 )
@@ -30,6 +30,11 @@ def status_line(stats: RequestStats, now: float | None = None) -> str:
     drafted, accepted = stats.drafted, stats.accepted
     for name in sorted(drafted):
         parts.append(f"{name} {accepted[name]}/{drafted[name]}")
+    kept = stats.chains_kept
+    if len(kept) > 1:
+        parts.append("kept " + "/".join(f"{name} {n}" for name, n in sorted(kept.items())) + " steps")
+    if stats.last_price is not None:
+        parts.append(f"price {stats.last_price:.2f}")
     parts.append(f"{stats.tokens_per_step:.2f} tok/step")
     speedup = stats.speedup_estimate(now)
     if speedup is not None:
@@ -69,17 +74,28 @@ class LiveEdit:
 
 
 def bench_table(report) -> Table:
-    table = Table(title=f"hsedit bench · {len(report.tasks)} tasks × {report.repeats} rounds, batch 1")
-    for column in ("method", "tokens", "tok/s", "vs plain", "tok/step", "accepted/drafted", "proposer ms/step", "exact"):
-        table.add_column(column, justify="left" if column == "method" else "right")
-    for m in report.methods:
-        ratio = report.ratio(m)
-        acceptance = f"{m.accepted}/{m.drafted} ({m.acceptance:.0%})" if m.acceptance is not None else "–"
-        proposer = f"{m.proposer_ms_per_step:.2f}" if m.proposer_ms_per_step is not None else "–"
+    from hsedit.engine.engine import NO_DRAFTER
+
+    step = f" · plain step {report.plain_step_ms:.0f} ms" if report.plain_step_ms else ""
+    table = Table(title=f"hsedit bench · {report.repeats} round(s), methods interleaved; ratios from this run{step}")
+    columns = ("workload", "batch", "method", "tok/s", "vs plain", "vs dspark", "tok/step", "accepted/drafted",
+               "proposer ms/step", "exact")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("workload", "method", "accepted/drafted") else "right")
+    for c in report.cells:
+        distance = report.edit_distance.get(c.workload)
+        workload = c.workload + (f" ({distance:.0%} edit)" if distance is not None else "")
+        if c.skipped:
+            table.add_row(workload, str(c.batch_size), c.method, "skipped", "", "", "", escape(c.skipped), "", "")
+            continue
+        ratios = [report.ratio(c, NO_DRAFTER), report.ratio(c, DSPARK)]
+        acceptance = " · ".join(f"{name} {a}/{d}" for name, (a, d) in c.acceptance().items()) or "–"
+        proposer = f"{c.proposer_ms_per_step:.2f}" if c.proposer_ms_per_step is not None else "–"
         table.add_row(
-            m.method, str(m.tokens), f"{m.tokens_per_second:.1f}",
-            f"{ratio:.2f}x" if ratio else "–", f"{m.tokens_per_step:.2f}", acceptance, proposer,
-            "yes" if not m.mismatches else f"NO ({len(m.mismatches)})",
+            workload, str(c.batch_size), c.method, f"{c.tokens_per_second:.1f}",
+            *(f"{r:.2f}x" if r else "–" for r in ratios),
+            f"{c.tokens_per_step:.2f}", acceptance, proposer,
+            "yes" if not c.mismatches else f"NO ({len(c.mismatches)})",
         )
     return table
 

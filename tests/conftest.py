@@ -4,9 +4,14 @@ Each engine takes ~20 s to start; every test module shares the same few through
 `shared_engine`, which the CLI uses too, so CLI tests reuse them as well.
 """
 
+from pathlib import Path
+
 import pytest
 
-from hsedit.engine.engine import EngineOptions, shared_engine
+from hsedit.edit.prompt import ApplyPrompt
+from hsedit.engine.engine import EngineOptions, GenerationRequest, shared_engine
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "inventory.py"
 
 PLAIN = EngineOptions(drafter="none")
 COPY = EngineOptions(drafter="ngram")
@@ -20,3 +25,34 @@ def plain_engine():
 @pytest.fixture(scope="session")
 def copy_engine():
     return shared_engine(COPY)
+
+
+DSPARK = EngineOptions(drafter="dspark")
+HYBRID = EngineOptions(drafter="hybrid")
+
+
+@pytest.fixture(scope="session")
+def dspark_engine():
+    return shared_engine(DSPARK)
+
+
+@pytest.fixture(scope="session")
+def hybrid_engine():
+    return shared_engine(HYBRID)
+
+
+@pytest.fixture(scope="session")
+def prompts(plain_engine):
+    """A copy-heavy edit, code to repeat, chat and code generation: the engine tests' mix."""
+    code = EXAMPLE.read_text()
+    edit = ApplyPrompt.build("inventory.py", code, "rename the function total_value to inventory_value")
+    return {
+        "copy-heavy edit": edit.render(plain_engine.tokenizer),
+        "repeat code": plain_engine.chat_prompt("Repeat this code exactly:\n```python\n" + code + "```"),
+        "chat": plain_engine.chat_prompt("What are three good habits for writing readable Python code?"),
+        "code generation": plain_engine.chat_prompt("Write a Python function that tells whether a number is prime."),
+    }
+
+
+def requests_for(prompts, max_tokens=160):
+    return [GenerationRequest(p, max_tokens=max_tokens) for p in prompts.values()]

@@ -126,7 +126,12 @@ def test_json_carries_text_diff_and_stats(heldout):
                 "tokens_per_second", "engine_steps", "time_to_first_token_s", "speedup_estimate"):
         assert key in stats
     assert stats["accepted_prediction_tokens"] > 0
-    assert stats["drafters"]["ngram"]["accepted"] == stats["accepted_prediction_tokens"]
+    # The default hybrid drafter: accepted tokens add up over its two drafters; a rename is
+    # mostly copied, and every step's kept chain and price are in the step log.
+    assert sum(d["accepted"] for d in stats["drafters"].values()) == stats["accepted_prediction_tokens"]
+    assert stats["drafters"]["ngram"]["accepted"] > 0 and stats["chains_kept"]["ngram"] > 0
+    assert len(stats["step_log"]) == stats["engine_steps"]
+    assert all(price is not None for _, _, _, price in stats["step_log"][1:])
     # --no-spec is the same text, with no drafts at all.
     plain = json.loads(run(path, instruction, "--json", "--no-spec").stdout)
     assert plain["new_text"] == report["new_text"]

@@ -1,38 +1,13 @@
 """The real vLLM engine with the real default model: exactness, streaming, accounting."""
 
-from pathlib import Path
-
 import pytest
 
-from hsedit.edit.prompt import ApplyPrompt
 from hsedit.engine.engine import GenerationRequest
 from hsedit.spec.chain import NGRAM, TARGET
+from tests.conftest import requests_for
 
 pytestmark = pytest.mark.engine
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "inventory.py"
-
-
-def chat(engine, text):
-    return engine.tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-    )
-
-
-@pytest.fixture(scope="module")
-def prompts(plain_engine):
-    code = EXAMPLE.read_text()
-    edit = ApplyPrompt.build("inventory.py", code, "rename the function total_value to inventory_value")
-    return {
-        "copy-heavy edit": edit.render(plain_engine.tokenizer),
-        "repeat code": chat(plain_engine, "Repeat this code exactly:\n```python\n" + code + "```"),
-        "chat": chat(plain_engine, "What are three good habits for writing readable Python code?"),
-        "code generation": chat(plain_engine, "Write a Python function that tells whether a number is prime."),
-    }
-
-
-def requests_for(prompts, max_tokens=160):
-    return [GenerationRequest(p, max_tokens=max_tokens) for p in prompts.values()]
 
 
 def test_copy_drafting_is_token_identical_to_plain_decoding(plain_engine, copy_engine, prompts):

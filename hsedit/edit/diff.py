@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 
 from unidiff import PatchSet
@@ -39,3 +40,15 @@ class DiffSummary:
 def summarize(diff: str) -> DiffSummary:
     patch = PatchSet(diff)
     return DiffSummary(len(patch), patch.added, patch.removed)
+
+
+_WORDS = re.compile(r"\w+|[^\w\s]")
+
+
+def edit_distance(before: str, after: str) -> float:
+    """Share of the text an edit changed: 1 - similarity of the word/punctuation sequences
+    (0: identical, 1: nothing in common). Independent of any tokenizer."""
+    a, b = _WORDS.findall(before), _WORDS.findall(after)
+    if not a and not b:
+        return 0.0
+    return 1.0 - difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()

@@ -28,12 +28,16 @@ class CostTable:
         return cls(tokens, tuple(seconds))
 
     def step_time(self, num_tokens: float) -> float:
-        """Piecewise-linear interpolation; flat beyond both ends."""
+        """Piecewise-linear interpolation; flat below the smallest step, and beyond the largest
+        the last segment's slope continues (a step twice as big is not free)."""
         tokens, seconds = self.tokens, self.seconds
         if num_tokens <= tokens[0]:
             return seconds[0]
         if num_tokens >= tokens[-1]:
-            return seconds[-1]
+            if len(tokens) == 1:
+                return seconds[-1]
+            slope = (seconds[-1] - seconds[-2]) / (tokens[-1] - tokens[-2])
+            return seconds[-1] + slope * (num_tokens - tokens[-1])
         i = bisect_left(tokens, num_tokens)
         lo, hi = tokens[i - 1], tokens[i]
         frac = (num_tokens - lo) / (hi - lo)

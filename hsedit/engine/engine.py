@@ -12,7 +12,9 @@ import os
 # hsedit runs vLLM in this process: the proposer, the stats and the stream share memory.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
+import gc
 import itertools
+import json
 import logging
 import statistics
 import sys
@@ -21,24 +23,27 @@ import time
 import uuid
 import warnings
 from collections import deque
-from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hsedit.engine import vllm_proposer
 from hsedit.engine.costs import CostTable
-from hsedit.engine.provision import resolve_model
-from hsedit.errors import ModelError
+from hsedit.engine.provision import resolve_copy_model, resolve_drafter, resolve_model
 from hsedit.engine.stats import RequestStats, StepLog
-from hsedit.spec.chain import NGRAM, TARGET, VLLM_NGRAM
+from hsedit.errors import ModelError
+from hsedit.spec.chain import DSPARK, HYBRID, NGRAM, TARGET, VLLM_BUILTINS, VLLM_NGRAM, VLLM_SUFFIX
 from hsedit.spec.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH
 from hsedit.spec.planner import StepRecord
 
 NO_DRAFTER = "none"
-DRAFTER_CHOICES = (NO_DRAFTER, NGRAM, VLLM_NGRAM)
-OWN_DRAFTERS = {NGRAM: (NGRAM,)}  # --drafter value -> drafters our planner runs
-PROFILE_DRAFT_LENGTHS = (0, 3, 7, 15)
+DRAFTER_CHOICES = (HYBRID, NO_DRAFTER, NGRAM, DSPARK, VLLM_NGRAM, VLLM_SUFFIX)
+# --drafter value -> drafters our planner runs
+OWN_DRAFTERS = {NGRAM: (NGRAM,), DSPARK: (DSPARK,), HYBRID: (NGRAM, DSPARK)}
+# (concurrent requests, filler drafts each) profiled at start: 1 to 256 scheduled tokens.
+PROFILE_SHAPES = ((1, 0), (1, 3), (1, 7), (1, 15), (4, 7), (4, 15), (16, 15))
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,8 @@ class EngineOptions:
     drafter: str = NGRAM
     num_speculative_tokens: int = DEFAULT_MAX_DRAFT
     min_match: int = DEFAULT_MIN_MATCH
+    dspark: str | None = None  # DSpark drafter directory; None: the shipped one (default model only)
+    copy_model: str | None = None  # copy acceptance coefficients; None: as `hsedit calibrate` left them
     compile: bool = False  # vLLM's compiled mode: faster steps, minutes to start
     kv_cache_gib: float = 1.0
     max_model_len: int | None = None
@@ -127,6 +134,9 @@ class Engine:
             self._ids = itertools.count()
             self.cost_table: CostTable | None = None
             self.cost_table = self._profile_costs() if options.profile_costs else None
+            selector = self.proposer.planner.selector if self.proposer else None
+            if selector is not None and self.cost_table is not None:
+                selector.set_costs(list(self.cost_table.tokens), list(self.cost_table.seconds))
 
     # -- construction ----------------------------------------------------------------------
     def _build_core(self) -> Any:
@@ -148,13 +158,25 @@ class Engine:
         if options.max_model_len:
             kwargs["max_model_len"] = options.max_model_len
         if options.drafter in OWN_DRAFTERS:
-            vllm_proposer.configure_next(
-                drafters=OWN_DRAFTERS[options.drafter], min_match=options.min_match
-            )
+            drafters = OWN_DRAFTERS[options.drafter]
+            num_speculative_tokens = options.num_speculative_tokens
+            proposer_options: dict[str, Any] = dict(drafters=drafters, min_match=options.min_match)
+            if DSPARK in drafters:
+                dspark_path = resolve_drafter(options.dspark, options.model)
+                proposer_options["dspark_path"] = dspark_path
+                # The drafter needs hidden states of every context position, which a prefix-cache
+                # hit would skip computing.
+                kwargs["enable_prefix_caching"] = False
+                if drafters == (DSPARK,):
+                    block = json.loads((Path(dspark_path) / "config.json").read_text())["block_size"]
+                    num_speculative_tokens = min(num_speculative_tokens, int(block))
+            if options.drafter == HYBRID:
+                proposer_options["copy_model_path"] = resolve_copy_model(options.copy_model, options.model)
+            vllm_proposer.configure_next(**proposer_options)
             kwargs["speculative_config"] = {
                 "method": "custom_class",
                 "model": f"{vllm_proposer.__name__}.HseditProposer",
-                "num_speculative_tokens": options.num_speculative_tokens,
+                "num_speculative_tokens": num_speculative_tokens,
             }
         elif options.drafter == VLLM_NGRAM:
             kwargs["speculative_config"] = {
@@ -162,6 +184,11 @@ class Engine:
                 "num_speculative_tokens": options.num_speculative_tokens,
                 "prompt_lookup_min": options.min_match,
                 "prompt_lookup_max": max(options.min_match, 5),
+            }
+        elif options.drafter == VLLM_SUFFIX:
+            kwargs["speculative_config"] = {
+                "method": "suffix",
+                "num_speculative_tokens": options.num_speculative_tokens,
             }
         if "speculative_config" in kwargs:
             kwargs["per_request_spec_decode_metrics"] = "summary"
@@ -173,30 +200,49 @@ class Engine:
             raise ModelError(f"cannot start vLLM on {self.model_path}: {_one_line(exc)}") from exc
 
     def _profile_costs(self) -> CostTable:
-        """Time decode steps that verify k filler draft tokens, for a few k; k=0 is plain."""
+        """Time decode steps of n requests that each verify k filler draft tokens (n * (1 + k)
+        scheduled tokens), for a few n and k; one request with k = 0 is plain decoding."""
         prompt = [int(t) for t in self.tokenizer.encode("def profile(x):\n    return x * 2\n" * 6)]
-        lengths = PROFILE_DRAFT_LENGTHS if self.proposer else (0,)
+        limit = self.proposer.num_speculative_tokens if self.proposer else 0
+        shapes = [(n, k) for n, k in PROFILE_SHAPES if k <= limit]
         samples: dict[int, float] = {}
         planner = self.proposer.planner if self.proposer else None
         try:
-            for k in lengths:
+            for n, k in shapes:
                 if planner:
                     planner.probe_length = k
                 times = []
                 last = None
-                for event in self.stream([GenerationRequest(prompt, max_tokens=8)]):
+                requests = [GenerationRequest(prompt, max_tokens=8) for _ in range(n)]
+                for event in self.stream(requests):
+                    if event.index != 0:  # every request advances each step: time one of them
+                        continue
                     now = time.perf_counter()
                     if last is not None:
                         times.append(now - last)
                     last = now
                 if times:  # a filler the target happens to accept can end the run in one step
-                    samples[1 + k] = statistics.median(times[1:] or times)
+                    samples[n * (1 + k)] = statistics.median(times[1:] or times)
         finally:
             if planner:
                 planner.probe_length = None
         return CostTable.from_samples(samples)
 
     # -- running ---------------------------------------------------------------------------
+    def chat_prompt(self, text: str) -> str:
+        """A one-turn chat prompt in the model's own template, ready for the answer."""
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
+
+    def close(self) -> None:
+        """Stop vLLM's engine core and drop it, so a long-running caller gets its memory back."""
+        core, self.core = self.core, None
+        shutdown = getattr(getattr(core, "engine_core", None), "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        gc.collect()
+
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))
 
@@ -298,13 +344,17 @@ class Engine:
                 accepted = min(record.accepted, emitted)
                 sources = record.token_sources()[:emitted]
                 sources += [TARGET] * (emitted - len(sources))
-                log = StepLog(record.source, record.drafted, accepted, emitted, record.accepted)
+                log = StepLog(
+                    record.source, record.drafted, accepted, emitted, record.accepted,
+                    record.copy_features, record.price,
+                )
                 return log, sources
-        if self.options.drafter == VLLM_NGRAM and emitted > 1:
-            # vLLM's own n-gram drafter: every emitted token but the last was an accepted draft.
-            # How many it drafted is known only at the end (RequestStats.engine_reported).
-            sources = [VLLM_NGRAM] * (emitted - 1) + [TARGET]
-            return StepLog(VLLM_NGRAM, 0, emitted - 1, emitted, emitted - 1), sources
+        if self.options.drafter in VLLM_BUILTINS and emitted > 1:
+            # vLLM's own drafters: every emitted token but the last was an accepted draft.
+            # How many they drafted is known only at the end (RequestStats.engine_reported).
+            drafter = self.options.drafter
+            sources = [drafter] * (emitted - 1) + [TARGET]
+            return StepLog(drafter, 0, emitted - 1, emitted, emitted - 1), sources
         return StepLog(None, 0, 0, emitted), [TARGET] * emitted
 
 

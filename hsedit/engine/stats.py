@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from hsedit.spec.chain import TARGET, VLLM_NGRAM
+from hsedit.spec.chain import TARGET, VLLM_BUILTINS, CopyFeatures
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,8 @@ class StepLog:
     # Draft tokens the verification agreed with, as vLLM counts them: more than `accepted`
     # only on a last step cut short by max_tokens or a stop string.
     matched: int = 0
+    copy_features: CopyFeatures | None = None  # of a copy chain: calibration data
+    price: float | None = None  # the hybrid selector's price per verified token
 
 
 @dataclass
@@ -49,9 +51,9 @@ class RequestStats:
         for s in self.steps:
             if s.source:
                 out[s.source] += s.drafted
-        if self.engine_reported and set(out) == {VLLM_NGRAM}:
-            # vLLM's built-in drafter proposes out of our sight: take the scheduler's count.
-            out[VLLM_NGRAM] = self.engine_reported[0]
+        if self.engine_reported and len(out) == 1 and set(out) <= set(VLLM_BUILTINS):
+            # vLLM's built-in drafters propose out of our sight: take the scheduler's count.
+            out[next(iter(out))] = self.engine_reported[0]
         return out
 
     @property
@@ -120,12 +122,27 @@ class RequestStats:
                 for name in sorted(set(drafted) | set(accepted))
             },
             "tokens_by_source": dict(self.tokens_by_source()),
+            "chains_kept": dict(self.chains_kept),
+            # One entry per engine step: [drafter kept or null, drafted, accepted, price or null].
+            "step_log": [
+                [s.source, s.drafted, s.accepted, None if s.price is None else round(s.price, 4)]
+                for s in self.steps
+            ],
             "engine_reported": (
                 None
                 if self.engine_reported is None
                 else {"drafted": self.engine_reported[0], "accepted": self.engine_reported[1]}
             ),
         }
+
+    @property
+    def chains_kept(self) -> Counter[str]:
+        """Steps per drafter whose chain was verified (the hybrid's choice, step by step)."""
+        return Counter(s.source for s in self.steps if s.source and s.drafted)
+
+    @property
+    def last_price(self) -> float | None:
+        return next((s.price for s in reversed(self.steps) if s.price is not None), None)
 
     def tokens_by_source(self) -> Counter[str]:
         out: Counter[str] = Counter()

@@ -9,7 +9,10 @@ TARGET = "target"  # produced by the target model itself (the bonus / plain toke
 NGRAM = "ngram"  # copied from the request's own context by the copy drafter
 DSPARK = "dspark"  # proposed by the model-based drafter
 VLLM_NGRAM = "vllm-ngram"  # vLLM's built-in n-gram drafter, run for comparison
-PROBE = "probe"  # filler drafts that size a verification step when profiling costs
+VLLM_SUFFIX = "vllm-suffix"  # vLLM's suffix decoding (arctic-inference), run for comparison
+HYBRID = "hybrid"  # --drafter value: both drafters, the price-based choice per request
+PROBE = "probe"
+VLLM_BUILTINS = (VLLM_NGRAM, VLLM_SUFFIX)  # drafters vLLM runs out of our sight  # filler drafts that size a verification step when profiling costs
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,10 @@ class DraftChain:
     source: str
     tokens: list[int]
     copy_features: CopyFeatures | None = None
-    # Per-position acceptance estimates, where the drafter has them.
+    # Per-position acceptance estimates, where the drafter has them: c_k = P(x_k kept | x_<k kept)
+    # and survival a_k = prod_{i<=k} c_i.
     confidences: list[float] | None = field(default=None)
+    survival: list[float] | None = field(default=None)
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -1,0 +1,332 @@
+"""Train a DSpark drafter for a target: data, DeepSpec's loss, STS calibration, evaluation.
+
+Loss per drafted position k (weights exp(-(k-1)/4)): 0.1 * cross-entropy to the next token
++ 0.9 * ||p_draft - p_target||_1 + BCE(c_k, 1 - 0.5 * ||p_draft - p_target||_1).
+The embeddings and LM head are the target's, frozen and not stored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hsedit.drafter.data import Sequence_
+from hsedit.spec.calibration import auc, ece, fit_sts, log_loss, survival_from_logits
+from hsedit.spec.dspark import DSparkConfig, DSparkDrafter, draft_position_weights, save_drafter
+
+# DeepSpec's weights. A short run may raise the cross-entropy share (`ce_weight`): while the
+# draft and target distributions barely overlap, the L1 term's gradient is small.
+CE_WEIGHT, L1_WEIGHT, CONFIDENCE_WEIGHT = 0.1, 0.9, 1.0
+
+
+@dataclass
+class DrafterTrainConfig:
+    target: str | None = None  # model name as --model takes it; None: the default apply model
+    output: str = "drafter"
+    corpus: list[str] = field(default_factory=list)  # JSON-lines prompt files, answered by the target
+    max_prompts: int = 400
+    edit_examples: int = 200  # generated edit examples (train split only)
+    minutes: float = 60.0
+    max_steps: int | None = None  # stop earlier after this many updates
+    ce_weight: float = CE_WEIGHT  # L1 gets 1 - ce_weight
+    learning_rate: float = 1e-3
+    anchors: int = 24  # blocks per sequence per update
+    draft_layers: int = 1
+    markov_rank: int = 32
+    heldout_fraction: float = 0.1
+    seed: int = 0
+    data_cache: str | None = None  # where prepared sequences are kept between runs
+
+
+# -- loss -----------------------------------------------------------------------------------
+def sample_anchors(seq: Sequence_, count: int, rng: torch.Generator | None = None) -> torch.Tensor:
+    """Anchor positions whose first drafted token lies in the answer, sorted."""
+    valid = torch.nonzero(seq.loss_mask[1:]).squeeze(1)  # p such that token p + 1 is an answer token
+    if len(valid) > count:
+        valid = valid[torch.randperm(len(valid), generator=rng)[:count]].sort().values
+    return valid
+
+
+def block_mask(seq: Sequence_, anchors: torch.Tensor, block_size: int) -> torch.Tensor:
+    """[blocks, L] True while the k-th drafted token exists and is an answer token (a prefix)."""
+    positions = anchors[:, None] + 1 + torch.arange(block_size)
+    inside = positions < len(seq.input_ids)
+    ok = inside & seq.loss_mask[positions.clamp(max=len(seq.input_ids) - 1)]
+    return ok.int().cumprod(dim=1).bool()
+
+
+def target_logits(model: DSparkDrafter, seq: Sequence_, anchors: torch.Tensor) -> torch.Tensor:
+    """The target's logits at the positions that predict each block's tokens: [blocks, L, vocab]."""
+    positions = (anchors[:, None] + torch.arange(model.config.block_size)).clamp(max=len(seq.input_ids) - 1)
+    return model.lm_head(seq.final_hidden[positions].float())
+
+
+def dspark_loss(
+    model: DSparkDrafter, seq: Sequence_, anchors: torch.Tensor, ce_weight: float = CE_WEIGHT
+) -> tuple[torch.Tensor, dict]:
+    cfg = model.config
+    logits, hidden, prev = model.training_blocks(seq.input_ids, seq.features.float(), anchors)
+    mask = block_mask(seq, anchors, cfg.block_size)
+    weights = draft_position_weights(cfg.block_size)[None, :] * mask
+    with torch.no_grad():
+        p_target = torch.softmax(target_logits(model, seq, anchors), dim=-1)
+    p_draft = torch.softmax(logits.float(), dim=-1)
+    l1 = (p_draft - p_target).abs().sum(-1)  # [blocks, L]
+    positions = (anchors[:, None] + 1 + torch.arange(cfg.block_size)).clamp(max=len(seq.input_ids) - 1)
+    ce = F.cross_entropy(logits.flatten(0, 1).float(), seq.input_ids[positions].flatten(), reduction="none")
+    total_weight = weights.sum().clamp(min=1e-6)
+    loss = (ce_weight * ce.view_as(l1) + (1.0 - ce_weight) * l1) * weights
+    accept_rate = (1.0 - 0.5 * l1).clamp(0, 1).detach()
+    if model.confidence_head is not None:
+        conf = model.confidence_logits(hidden, prev)
+        bce = F.binary_cross_entropy_with_logits(conf.float(), accept_rate, reduction="none")
+        loss = loss + CONFIDENCE_WEIGHT * bce * weights
+    stats = {
+        "l1": float((l1 * weights).sum().detach() / total_weight),
+        "accept@1": float((accept_rate[:, 0] * mask[:, 0]).sum() / mask[:, 0].sum().clamp(min=1)),
+    }
+    return loss.sum() / total_weight, stats
+
+
+# -- calibration data -----------------------------------------------------------------------
+@torch.inference_mode()
+def greedy_blocks(model: DSparkDrafter, sequences: Sequence[Sequence_], anchors_per_seq: int = 64):
+    """Drafts as inference makes them (greedy, the Markov head fed its own tokens), judged
+    against the target's greedy choice: returns confidence logits, accepted, valid, each [n, L]."""
+    cfg = model.config
+    all_logits, all_accepted, all_valid = [], [], []
+    generator = torch.Generator().manual_seed(1)
+    for seq in sequences:
+        anchors = sample_anchors(seq, anchors_per_seq, generator)
+        if not len(anchors):
+            continue
+        _, hidden, _ = model.training_blocks(seq.input_ids, seq.features.float(), anchors)
+        base = model.lm_head(hidden).float()
+        target_choice = target_logits(model, seq, anchors).argmax(-1)
+        prev = seq.input_ids[anchors]
+        tokens, prevs = [], []
+        for k in range(cfg.block_size):
+            prevs.append(prev)
+            prev = (base[:, k] + model.markov_bias(prev).float()).argmax(-1)
+            tokens.append(prev)
+        conf = model.confidence_logits(hidden, torch.stack(prevs, 1)).float()
+        all_logits.append(conf.numpy())
+        all_accepted.append((torch.stack(tokens, 1) == target_choice).numpy())
+        all_valid.append(block_mask(seq, anchors, cfg.block_size).numpy())
+    return np.concatenate(all_logits), np.concatenate(all_accepted), np.concatenate(all_valid)
+
+
+def calibration_report(logits, accepted, valid, temperatures) -> dict:
+    """Per-position acceptance, mean accepted per block, ECE/AUC/log-loss of cumulative survival."""
+    survived = np.cumprod(accepted, axis=1).astype(bool)
+    survival = survival_from_logits(logits, temperatures)
+    rows = valid.astype(bool)
+    per_position = []
+    for k in range(accepted.shape[1]):
+        reached = rows[:, k] & (survived[:, k - 1] if k else True)
+        per_position.append(float(accepted[reached, k].mean()) if reached.any() else float("nan"))
+    return {
+        "blocks": len(logits),
+        "acceptance_by_position": per_position,
+        "mean_accepted_per_block": float((survived & rows).sum(1).mean()),
+        "predicted_accepted_per_block": float((survival * rows).sum(1).mean()),
+        "survival_ece": ece(survival[rows], survived[rows]),
+        "survival_auc": auc(survival[rows], survived[rows]),
+        "survival_log_loss": log_loss(survival[rows], survived[rows]),
+    }
+
+
+# -- the loop -------------------------------------------------------------------------------
+def train_drafter(
+    cfg: DSparkConfig,
+    target: dict[str, torch.Tensor],
+    train: Sequence[Sequence_],
+    heldout: Sequence[Sequence_],
+    config: DrafterTrainConfig,
+    log: Callable[[str], None] = print,
+) -> tuple[DSparkDrafter, dict]:
+    torch.manual_seed(config.seed)
+    model = DSparkDrafter(cfg)
+    embed = target.get("model.embed_tokens.weight")
+    model.share_target_embeddings(embed, target.get("lm_head.weight", embed))
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
+    budget = config.minutes * 60.0
+    started = time.monotonic()
+    order = list(range(len(train)))
+    rng = random.Random(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    step, warmup, history = 0, 30, []
+    running: dict[str, float] = {}
+    while time.monotonic() - started < budget and (config.max_steps is None or step < config.max_steps):
+        rng.shuffle(order)
+        for index in order:
+            elapsed = time.monotonic() - started
+            if elapsed >= budget or (config.max_steps is not None and step >= config.max_steps):
+                break
+            seq = train[index]
+            anchors = sample_anchors(seq, config.anchors, generator)
+            if not len(anchors):
+                continue
+            # Linear warm-up, then a linear decay over the time budget (the step count is unknown).
+            scale = min(1.0, (step + 1) / warmup) * max(0.05, 1.0 - elapsed / budget)
+            for group in optimizer.param_groups:
+                group["lr"] = config.learning_rate * scale
+            loss, stats = dspark_loss(model, seq, anchors, config.ce_weight)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            step += 1
+            for key, value in {"loss": float(loss), **stats}.items():
+                running[key] = 0.98 * running.get(key, value) + 0.02 * value
+            if step % 50 == 0:
+                history.append({"step": step, "minutes": round(elapsed / 60, 2), **running})
+                log(f"step {step} ({elapsed / 60:.1f} min): " + ", ".join(f"{k} {v:.3f}" for k, v in running.items()))
+    model.eval()
+    logits, accepted, valid = greedy_blocks(model, heldout)
+    half = len(logits) // 2  # fit STS on one half of the held-out blocks, report on the other
+    survived = np.cumprod(accepted, axis=1)
+    temperatures = fit_sts(logits[:half], survived[:half], valid[:half])
+    ones = np.ones(cfg.block_size)
+    report = {
+        "steps": step,
+        "minutes": round((time.monotonic() - started) / 60, 1),
+        "train_sequences": len(train),
+        "heldout_sequences": len(heldout),
+        "sts_temperatures": temperatures.round(4).tolist(),
+        "before_sts": calibration_report(logits[half:], accepted[half:], valid[half:], ones),
+        "after_sts": calibration_report(logits[half:], accepted[half:], valid[half:], temperatures),
+        "history": history,
+        "config": {k: v for k, v in asdict(config).items()},
+    }
+    calibrated = DSparkConfig(**{**asdict(cfg), "sts_temperatures": tuple(float(t) for t in temperatures)})
+    model.config = calibrated
+    model.sts_temperatures = torch.tensor(temperatures, dtype=torch.float32)
+    return model, report
+
+
+def save_trained(model: DSparkDrafter, report: dict, output: str | Path) -> Path:
+    output = Path(output)
+    save_drafter(model, output)
+    (output / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+    return output
+
+
+def split_heldout(sequences: list[Sequence_], fraction: float, seed: int) -> tuple[list, list]:
+    order = list(range(len(sequences)))
+    random.Random(seed).shuffle(order)
+    cut = max(1, math.ceil(len(order) * fraction))
+    heldout = [sequences[i] for i in order[:cut]]
+    train = [sequences[i] for i in order[cut:]]
+    return train, heldout
+
+
+def prepare_sequences(config: DrafterTrainConfig, cfg: DSparkConfig, target_dir: str, log=print) -> list[Sequence_]:
+    """Target-written sequences with features, cached at `data_cache` (keyed by the recipe)."""
+    from hsedit.drafter import data
+
+    cache = Path(config.data_cache) if config.data_cache else None
+    key = json.dumps([target_dir, config.corpus, config.max_prompts, config.edit_examples, config.seed,
+                      list(cfg.target_layer_ids)])
+    if cache and cache.is_file():
+        saved = torch.load(cache, weights_only=False)
+        if saved.get("key") == key:
+            log(f"prepared sequences: {cache} ({len(saved['sequences'])})")
+            return saved["sequences"]
+    sequences = []
+    from hsedit.engine.engine import Engine, EngineOptions
+    from hsedit.finetune.dataset import generate
+
+    engine = Engine(EngineOptions(model=config.target, profile_costs=False))
+    try:
+        prompts = data.read_prompts(config.corpus, config.max_prompts, config.seed) if config.corpus else []
+        log(f"answering {len(prompts)} prompts with the target")
+        sequences += data.chat_sequences(engine, prompts)
+        examples = [e for e in generate(seed=config.seed, limit_per_kind=max(1, config.edit_examples // 8))
+                    if e.split == "train"][: config.edit_examples]
+        sequences += data.edit_sequences(engine.tokenizer, examples)
+    finally:
+        engine.close()
+    log(f"computing target features for {len(sequences)} sequences")
+    prepared = data.target_features(target_dir, cfg, sequences, log)
+    if cache:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"key": key, "sequences": prepared}, cache)
+    return prepared
+
+
+def run(config: DrafterTrainConfig, log: Callable[[str], None] = print) -> tuple[Path, dict]:
+    from hsedit.drafter import data
+    from hsedit.engine.provision import resolve_model
+
+    target_dir = resolve_model(config.target)
+    target_config = json.loads((Path(target_dir) / "config.json").read_text())
+    cfg = DSparkConfig.for_target(
+        target_config,
+        num_hidden_layers=config.draft_layers,
+        markov_rank=config.markov_rank,
+        mask_token_id=_mask_token(target_dir),
+        target=config.target or "embedded",
+    )
+    sequences = prepare_sequences(config, cfg, target_dir, log)
+    train, heldout = split_heldout(sequences, config.heldout_fraction, config.seed)
+    log(f"training on {len(train)} sequences for {config.minutes:g} min; {len(heldout)} held out")
+    model, report = train_drafter(cfg, data.target_weights(target_dir), train, heldout, config, log)
+    return save_trained(model, report, config.output), report
+
+
+def _mask_token(target_dir: str) -> int:
+    """A token the drafter's mask slots embed as: an added special token that text never holds."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    specials = set(tokenizer.all_special_ids)
+    for token_id in sorted(tokenizer.added_tokens_decoder):
+        if token_id not in specials:
+            return int(token_id)
+    return int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+
+
+def evaluate(drafter_dir: str, target: str | None, prompts: Sequence[str], edit_examples: Sequence,
+             log: Callable[[str], None] = print) -> dict:
+    """Offline calibration of a drafter on new data: per-position acceptance (greedy, against
+    the target's greedy choice), mean accepted per block, ECE/AUC/log-loss of survival with and
+    without its STS temperatures."""
+    from hsedit.drafter import data
+    from hsedit.engine.engine import Engine, EngineOptions
+    from hsedit.engine.provision import resolve_model
+    from hsedit.spec.dspark import load_drafter
+
+    target_dir = resolve_model(target)
+    model = load_drafter(drafter_dir)
+    weights = data.target_weights(target_dir)
+    embed = weights["model.embed_tokens.weight"]
+    model.share_target_embeddings(embed, weights.get("lm_head.weight", embed))
+    engine = Engine(EngineOptions(model=target, profile_costs=False))
+    try:
+        sequences = data.chat_sequences(engine, prompts) if prompts else []
+        edits = data.edit_sequences(engine.tokenizer, edit_examples) if edit_examples else []
+    finally:
+        engine.close()
+    report = {}
+    for name, part in (("prompts", sequences), ("edits", edits)):
+        if not part:
+            continue
+        log(f"{name}: target features for {len(part)} sequences")
+        logits, accepted, valid = greedy_blocks(model, data.target_features(target_dir, model.config, part, log))
+        temperatures = np.asarray(model.config.sts_temperatures or [1.0] * model.config.block_size)
+        report[name] = {
+            "before_sts": calibration_report(logits, accepted, valid, np.ones(model.config.block_size)),
+            "after_sts": calibration_report(logits, accepted, valid, temperatures),
+        }
+    return report

@@ -1,0 +1,426 @@
+"""DSpark: a block drafter that reads the target's hidden states (plain torch, no engine).
+
+One pass of a small backbone turns the anchor (the token the target just emitted) and
+`block_size - 1` mask slots into hidden states h_1..h_L; slot k attends to every earlier
+context position (features of several target layers, projected once and cached) and to the
+whole block. A low-rank Markov head then makes token k depend on token k-1, and a confidence
+head estimates c_k = P(x_k accepted | x_<k accepted). Survival a_k = prod_{i<=k} c_i.
+
+Checkpoints use deepseek-ai/DeepSpec's layout (`Qwen3DSparkModel`: config.json +
+safetensors, same field and tensor names), so released drafters load. Ours omit
+`embed_tokens`/`lm_head` and take the target's (`shares_target_embeddings`), and carry their
+Sequential Temperature Scaling temperatures under `hsedit` in config.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ARCHITECTURE = "Qwen3DSparkModel"
+WEIGHTS_FILE = "model.safetensors"
+SHARED_WEIGHTS = ("embed_tokens.weight", "lm_head.weight")
+
+
+@dataclass(frozen=True)
+class DSparkConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    num_hidden_layers: int  # draft layers
+    num_target_layers: int
+    target_layer_ids: tuple[int, ...]  # -1 is the embedding output, i the output of layer i
+    block_size: int = 7
+    mask_token_id: int = 0
+    markov_rank: int = 32
+    markov_head_type: str = "vanilla"
+    enable_confidence_head: bool = True
+    confidence_head_with_markov: bool = True
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    num_anchors: int = 32  # training: blocks sampled per sequence
+    # hsedit's additions, stored under "hsedit" in config.json
+    sts_temperatures: tuple[float, ...] = ()
+    shares_target_embeddings: bool = True
+    target: str = ""
+
+    def __post_init__(self) -> None:
+        if self.markov_head_type != "vanilla" and self.markov_rank > 0:
+            raise ValueError(f"markov_head_type {self.markov_head_type!r} is not supported (only 'vanilla')")
+        ids = list(self.target_layer_ids)
+        if not ids or ids != sorted(set(ids)) or ids[0] < -1 or ids[-1] >= self.num_target_layers:
+            raise ValueError(f"target_layer_ids {ids} must be increasing within [-1, {self.num_target_layers})")
+
+    @property
+    def feature_size(self) -> int:
+        return len(self.target_layer_ids) * self.hidden_size
+
+    @classmethod
+    def for_target(cls, target_config: dict, **overrides) -> DSparkConfig:
+        """A drafter shaped for a HF target config (as a dict), with DeepSpec's layer spread."""
+        target = target_config
+        layers = int(target["num_hidden_layers"])
+        heads = int(target["num_attention_heads"])
+        values = dict(
+            hidden_size=int(target["hidden_size"]),
+            intermediate_size=int(target["intermediate_size"]),
+            num_attention_heads=heads,
+            num_key_value_heads=int(target.get("num_key_value_heads", heads)),
+            head_dim=int(target.get("head_dim") or target["hidden_size"] // heads),
+            vocab_size=int(target["vocab_size"]),
+            num_hidden_layers=1,
+            num_target_layers=layers,
+            target_layer_ids=_spread_layers(layers, 3),
+            rms_norm_eps=float(target.get("rms_norm_eps", 1e-6)),
+            rope_theta=_rope_theta(target),
+        )
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> DSparkConfig:
+        extra = raw.get("hsedit", {})
+        names = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in raw.items() if k in names}
+        values.update({k: v for k, v in extra.items() if k in names})
+        values["target_layer_ids"] = tuple(int(i) for i in raw["target_layer_ids"])
+        values["sts_temperatures"] = tuple(float(t) for t in values.get("sts_temperatures", ()))
+        values["rope_theta"] = _rope_theta(raw)
+        values.setdefault("num_target_layers", max(values["target_layer_ids"]) + 1)
+        if "head_dim" not in values:
+            values["head_dim"] = raw["hidden_size"] // raw["num_attention_heads"]
+        if not raw.get("enable_confidence_head", True):
+            values["confidence_head_with_markov"] = False
+        values.setdefault("shares_target_embeddings", False)
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        own = asdict(self)
+        extra = {k: own.pop(k) for k in ("sts_temperatures", "shares_target_embeddings", "target")}
+        own["target_layer_ids"] = list(self.target_layer_ids)
+        return {
+            "architectures": [ARCHITECTURE],
+            "model_type": "qwen3",
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "tie_word_embeddings": False,
+            "layer_types": ["full_attention"] * self.num_hidden_layers,
+            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+            **own,
+            "hsedit": extra,
+        }
+
+
+def _spread_layers(num_layers: int, count: int) -> tuple[int, ...]:
+    """Target layers spread from low to high, as DeepSpec's configs do (e.g. 1, 9, 17, 25, 33)."""
+    last = num_layers - 3  # the final layers are too close to the output to add much
+    step = max(1, (last - 1) // max(1, count - 1))
+    return tuple(sorted({min(1 + i * step, last) for i in range(count)}))
+
+
+def _rope_theta(raw: dict) -> float:
+    if "rope_theta" in raw and raw["rope_theta"] is not None and not isinstance(raw["rope_theta"], dict):
+        return float(raw["rope_theta"])
+    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    if params.get("rope_type", "default") not in ("default", None):
+        raise ValueError(f"rope type {params.get('rope_type')!r} is not supported by the DSpark drafter")
+    return float(params.get("rope_theta", 10000.0))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(variance + self.eps)).to(x.dtype) * self.weight
+
+
+class Rotary(nn.Module):
+    def __init__(self, head_dim: int, theta: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = positions.float().unsqueeze(-1) * self.inv_freq  # [n, head_dim / 2]
+        angles = torch.cat([angles, angles], dim=-1)
+        return angles.cos(), angles.sin()
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [n, heads, head_dim]; cos, sin: [n, head_dim]
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
+
+
+class DSparkLayer(nn.Module):
+    """A Qwen3 decoder layer whose keys and values also come from the projected context."""
+
+    def __init__(self, cfg: DSparkConfig) -> None:
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, d
+        self.self_attn = nn.Module()
+        self.self_attn.q_proj = nn.Linear(h, self.heads * d, bias=False)
+        self.self_attn.k_proj = nn.Linear(h, self.kv_heads * d, bias=False)
+        self.self_attn.v_proj = nn.Linear(h, self.kv_heads * d, bias=False)
+        self.self_attn.o_proj = nn.Linear(self.heads * d, h, bias=False)
+        self.self_attn.q_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.self_attn.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.mlp = nn.Module()
+        self.mlp.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.mlp.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.mlp.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        self.input_layernorm = RMSNorm(h, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(h, cfg.rms_norm_eps)
+
+    def keys_values(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Rotated keys and values of rows x: [n, hidden] -> 2 x [n, kv_heads, head_dim]."""
+        attn = self.self_attn
+        k = attn.k_norm(attn.k_proj(x).view(len(x), self.kv_heads, self.head_dim))
+        v = attn.v_proj(x).view(len(x), self.kv_heads, self.head_dim)
+        return _rotate(k, cos, sin), v
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [n_query, hidden] block slots
+        context_kv: tuple[torch.Tensor, torch.Tensor],  # 2 x [n_ctx, kv_heads, head_dim]
+        cos: torch.Tensor,  # [n_query, head_dim]
+        sin: torch.Tensor,
+        mask: torch.Tensor | None,  # [n_query, n_ctx + n_query] True where attention is allowed
+    ) -> torch.Tensor:
+        attn = self.self_attn
+        normed = self.input_layernorm(x)
+        q = attn.q_norm(attn.q_proj(normed).view(len(x), self.heads, self.head_dim))
+        q = _rotate(q, cos, sin)
+        k_block, v_block = self.keys_values(normed, cos, sin)
+        k = torch.cat([context_kv[0], k_block]).transpose(0, 1)  # [kv_heads, n_kv, head_dim]
+        v = torch.cat([context_kv[1], v_block]).transpose(0, 1)
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1), k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads
+        )  # [heads, n_query, head_dim]
+        x = x + attn.o_proj(out.transpose(0, 1).reshape(len(x), -1))
+        mlp = self.mlp
+        normed = self.post_attention_layernorm(x)
+        return x + mlp.down_proj(F.silu(mlp.gate_proj(normed)) * mlp.up_proj(normed))
+
+
+@dataclass
+class ContextCache:
+    """One request's projected context: per draft layer, rotated keys and values."""
+
+    keys: list[torch.Tensor] = field(default_factory=list)  # per layer [n_ctx, kv_heads, head_dim]
+    values: list[torch.Tensor] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.keys[0]) if self.keys else 0
+
+    def truncate(self, length: int) -> None:
+        self.keys = [k[:length] for k in self.keys]
+        self.values = [v[:length] for v in self.values]
+
+
+@dataclass(frozen=True)
+class BlockDraft:
+    tokens: torch.Tensor  # [batch, block_size] greedy draft tokens
+    confidences: torch.Tensor  # [batch, block_size] calibrated c_k
+    survival: torch.Tensor  # [batch, block_size] prod_{i<=k} c_i, non-increasing
+
+
+class DSparkDrafter(nn.Module):
+    def __init__(self, cfg: DSparkConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        h = cfg.hidden_size
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, h)
+        self.lm_head = nn.Linear(h, cfg.vocab_size, bias=False)
+        self.layers = nn.ModuleList(DSparkLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(h, cfg.rms_norm_eps)
+        self.fc = nn.Linear(cfg.feature_size, h, bias=False)
+        self.hidden_norm = RMSNorm(h, cfg.rms_norm_eps)
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
+        self.markov_head = None
+        if cfg.markov_rank > 0:
+            self.markov_head = nn.Module()
+            self.markov_head.markov_w1 = nn.Embedding(cfg.vocab_size, cfg.markov_rank)
+            self.markov_head.markov_w2 = nn.Linear(cfg.markov_rank, cfg.vocab_size, bias=False)
+            nn.init.zeros_(self.markov_head.markov_w2.weight)  # starts as "no Markov bias"
+        self.confidence_head = None
+        if cfg.enable_confidence_head:
+            width = h + (cfg.markov_rank if cfg.confidence_head_with_markov else 0)
+            self.confidence_head = nn.Module()
+            self.confidence_head.proj = nn.Linear(width, 1)
+        temperatures = list(cfg.sts_temperatures) or [1.0] * cfg.block_size
+        self.register_buffer("sts_temperatures", torch.tensor(temperatures), persistent=False)
+
+    # -- weights --------------------------------------------------------------------------
+    def share_target_embeddings(self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:
+        """Use the target's input embeddings and LM head (frozen, not stored in checkpoints)."""
+        vocab = self.config.vocab_size
+        self.embed_tokens.weight = nn.Parameter(embed_weight[:vocab], requires_grad=False)
+        self.lm_head.weight = nn.Parameter(lm_head_weight[:vocab], requires_grad=False)
+
+    def own_state_dict(self) -> dict[str, torch.Tensor]:
+        state = self.state_dict()
+        if self.config.shares_target_embeddings:
+            for name in SHARED_WEIGHTS:
+                state.pop(name, None)
+        return state
+
+    # -- the backbone ---------------------------------------------------------------------
+    def project_context(self, features: torch.Tensor) -> torch.Tensor:
+        """Target features [n, len(target_layer_ids) * hidden] -> context rows [n, hidden]."""
+        return self.hidden_norm(self.fc(features))
+
+    def context_keys_values(self, context: torch.Tensor, positions: torch.Tensor):
+        cos, sin = self.rotary(positions)
+        return [layer.keys_values(context, cos, sin) for layer in self.layers]
+
+    def block_inputs(self, anchors: torch.Tensor) -> torch.Tensor:
+        """Anchor tokens [n] -> block token ids [n, block_size] (anchor, then mask slots)."""
+        block = anchors.new_full((len(anchors), self.config.block_size), self.config.mask_token_id)
+        block[:, 0] = anchors
+        return block
+
+    def run_backbone(self, block_ids, block_positions, context_kv, mask) -> torch.Tensor:
+        x = self.embed_tokens(block_ids)
+        cos, sin = self.rotary(block_positions)
+        for layer, kv in zip(self.layers, context_kv):
+            x = layer(x, kv, cos, sin, mask)
+        return self.norm(x)
+
+    # -- heads ------------------------------------------------------------------------------
+    def markov_bias(self, prev_tokens: torch.Tensor) -> torch.Tensor:
+        if self.markov_head is None:
+            return torch.zeros((), device=prev_tokens.device)
+        return self.markov_head.markov_w2(self.markov_head.markov_w1(prev_tokens))
+
+    def confidence_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
+        features = hidden
+        if self.config.confidence_head_with_markov:
+            features = torch.cat([hidden, self.markov_head.markov_w1(prev_tokens)], dim=-1)
+        return self.confidence_head.proj(features).squeeze(-1)
+
+    # -- inference --------------------------------------------------------------------------
+    def extend_context(self, cache: ContextCache, features: torch.Tensor) -> None:
+        """Append target features of the next context positions to a request's cache."""
+        if not len(features):
+            return
+        start = len(cache)
+        positions = torch.arange(start, start + len(features), device=features.device)
+        new = self.context_keys_values(self.project_context(features.to(self.fc.weight.dtype)), positions)
+        if not cache.keys:
+            cache.keys = [k for k, _ in new]
+            cache.values = [v for _, v in new]
+        else:
+            cache.keys = [torch.cat([old, k]) for old, (k, _) in zip(cache.keys, new)]
+            cache.values = [torch.cat([old, v]) for old, (_, v) in zip(cache.values, new)]
+
+    @torch.inference_mode()
+    def draft(self, caches: Sequence[ContextCache], anchors: Sequence[int]) -> BlockDraft:
+        """Greedy block drafts for several requests; each anchor sits right after its context."""
+        device = self.fc.weight.device
+        anchor_ids = torch.tensor(list(anchors), dtype=torch.long, device=device)
+        block_ids = self.block_inputs(anchor_ids)
+        offsets = torch.arange(self.config.block_size, device=device)
+        hidden = []
+        for cache, ids in zip(caches, block_ids):
+            # The anchor's position is the context length; the block attends to all of it.
+            kv = list(zip(cache.keys, cache.values))
+            hidden.append(self.run_backbone(ids, len(cache) + offsets, kv, None))
+        hidden = torch.stack(hidden)  # [batch, block_size, hidden]
+        base_logits = self.lm_head(hidden).float()  # [batch, block_size, vocab]
+        tokens, prev = [], anchor_ids
+        prevs = []
+        for k in range(self.config.block_size):
+            prevs.append(prev)
+            prev = (base_logits[:, k] + self.markov_bias(prev).float()).argmax(-1)
+            tokens.append(prev)
+        tokens_t = torch.stack(tokens, dim=1)
+        if self.confidence_head is None:
+            ones = torch.ones_like(tokens_t, dtype=torch.float32)
+            return BlockDraft(tokens_t, ones, ones)
+        logits = self.confidence_logits(hidden, torch.stack(prevs, dim=1)).float()
+        confidences = torch.sigmoid(logits / self.sts_temperatures.to(logits.device))
+        return BlockDraft(tokens_t, confidences, confidences.cumprod(dim=1))
+
+    # -- training ----------------------------------------------------------------------------
+    def training_blocks(
+        self,
+        input_ids: torch.Tensor,  # [seq]
+        features: torch.Tensor,  # [seq, feature_size] target features at every position
+        anchors: torch.Tensor,  # [blocks] anchor positions
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Teacher-forced blocks: (draft logits [blocks, L, vocab], hidden [blocks, L, h],
+        previous tokens [blocks, L]); block at anchor p sees context positions < p."""
+        seq, length = len(input_ids), self.config.block_size
+        device = input_ids.device
+        context = self.project_context(features)
+        context_kv = self.context_keys_values(context, torch.arange(seq, device=device))
+        block_ids = self.block_inputs(input_ids[anchors]).reshape(-1)
+        offsets = torch.arange(length, device=device)
+        block_positions = (anchors[:, None] + offsets).reshape(-1)
+        block_of = torch.arange(len(anchors), device=device).repeat_interleave(length)
+        sees_context = torch.arange(seq, device=device)[None, :] < anchors[block_of][:, None]
+        same_block = block_of[:, None] == block_of[None, :]
+        mask = torch.cat([sees_context, same_block], dim=1)
+        hidden = self.run_backbone(block_ids, block_positions, context_kv, mask).view(len(anchors), length, -1)
+        targets = input_ids[(anchors[:, None] + 1 + offsets).clamp(max=seq - 1)]
+        prev = torch.cat([input_ids[anchors][:, None], targets[:, :-1]], dim=1)
+        logits = self.lm_head(hidden) + self.markov_bias(prev)
+        return logits, hidden, prev
+
+
+def save_drafter(model: DSparkDrafter, directory: Path, dtype: torch.dtype = torch.bfloat16) -> None:
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(dtype).contiguous() for k, v in model.own_state_dict().items()}
+    save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
+
+
+def load_drafter(directory: str | Path, dtype: torch.dtype = torch.float32) -> DSparkDrafter:
+    """Load a DeepSpec-layout drafter; shared embeddings must then come from the target."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    raw = json.loads((directory / "config.json").read_text())
+    if ARCHITECTURE not in raw.get("architectures", []):
+        raise ValueError(f"{directory} is not a DSpark drafter (architectures: {raw.get('architectures')})")
+    cfg = DSparkConfig.from_dict(raw)
+    state = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        state.update({_strip_prefix(k): v for k, v in load_file(str(path)).items()})
+    model = DSparkDrafter(cfg)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    allowed_missing = set(SHARED_WEIGHTS) if cfg.shares_target_embeddings else set()
+    if set(missing) - allowed_missing or unexpected:
+        raise ValueError(
+            f"{directory}: weights do not match the config (missing {sorted(set(missing) - allowed_missing)[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]})"
+        )
+    return model.to(dtype).eval()
+
+
+def _strip_prefix(name: str) -> str:
+    return name.removeprefix("model.")
+
+
+def draft_position_weights(block_size: int, gamma: float = 4.0) -> torch.Tensor:
+    """DeepSpec's per-position loss weights exp(-(k-1)/gamma)."""
+    return torch.tensor([math.exp(-k / gamma) for k in range(block_size)])

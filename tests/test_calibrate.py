@@ -1,0 +1,52 @@
+"""`hsedit calibrate` on the real engine: verified copy chains become a fitted, scored model."""
+
+import pytest
+from typer.testing import CliRunner
+
+from hsedit.calibrate import calibrate, split_prompts, verified_copy_chains
+from hsedit.cli import app
+from hsedit.spec.copy_acceptance import CopyAcceptanceModel
+
+runner = CliRunner()
+
+
+def test_the_prompt_split_is_stable_and_disjoint():
+    prompts = [f"question {i}" for i in range(200)]
+    fit, held = split_prompts(prompts)
+    assert set(fit).isdisjoint(held) and len(fit) + len(held) == 200
+    assert 15 <= len(held) <= 70
+    assert split_prompts(list(reversed(prompts)))[1] == list(reversed(held))
+
+
+@pytest.mark.engine
+def test_chains_carry_features_and_verification(copy_engine):
+    code = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+    prompt = copy_engine.chat_prompt("Repeat this code exactly:\n```python\n" + code + "```")
+    (chains,) = verified_copy_chains(copy_engine, [prompt])
+    assert chains, "copying code must verify copy chains"
+    assert all(0 <= c.accepted <= c.drafted <= 15 for c in chains)
+    assert sum(c.accepted for c in chains) > 10
+    assert all(c.features.match_len >= 3 for c in chains)
+
+
+@pytest.mark.engine
+def test_calibrate_fits_and_reports_on_general_and_edit_data(copy_engine, tmp_path):
+    general = [f"Write a Python function number {i} that returns the sum of a list, with a docstring." for i in range(12)]
+    general += ["Repeat the word 'alpha beta gamma delta' five times.", "List the days of the week twice."]
+    edit = [copy_engine.chat_prompt("Repeat this code exactly:\n```python\nx = [1, 2, 3]\nprint(sum(x))\n```")]
+    model, report = calibrate(copy_engine, general, edit, "embedded", log=lambda _: None)
+    assert isinstance(model, CopyAcceptanceModel) and len(model.coefficients) == 6
+    for part in ("fit", "heldout_general", "edits_never_fit"):
+        scores = report[part]
+        assert scores["positions"] > 0 and 0 <= scores["ece"] <= 1
+    assert report["fit"]["log_loss"] < 0.7  # better than a coin on the data it was fit to
+    path = tmp_path / "copy.json"
+    model.save(path)
+    assert CopyAcceptanceModel.load(path) == model
+
+
+def test_calibrate_without_prompt_files_is_a_usage_error(tmp_path):
+    missing = tmp_path / "none.jsonl"
+    result = runner.invoke(app, ["calibrate", "--prompts", str(missing)])
+    assert result.exit_code == 2
+    assert "no such prompt file" in result.output

@@ -1,0 +1,218 @@
+"""The DSpark drafter module: DeepSpec-layout checkpoints, drafting, survival, training, STS."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from hsedit.drafter.data import Sequence_
+from hsedit.drafter.train import DrafterTrainConfig, dspark_loss, greedy_blocks, train_drafter
+from hsedit.spec.calibration import auc, ece, fit_sts, survival_from_logits
+from hsedit.spec.dspark import ContextCache, DSparkConfig, DSparkDrafter, load_drafter, save_drafter
+from hsedit.spec.model_drafter import FeatureRows, ModelDrafter
+
+TINY_TARGET = dict(
+    hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+    vocab_size=97, num_hidden_layers=4, rms_norm_eps=1e-6, rope_theta=10000.0,
+)
+
+
+def tiny_config(**overrides) -> DSparkConfig:
+    return DSparkConfig.for_target(TINY_TARGET, mask_token_id=96, markov_rank=4, **overrides)
+
+
+def random_drafter(seed=0, **overrides) -> DSparkDrafter:
+    torch.manual_seed(seed)
+    model = DSparkDrafter(tiny_config(**overrides))
+    for p in model.parameters():  # markov_w2 starts at zero: give every weight something to show
+        torch.nn.init.normal_(p, std=0.3)
+    return model.eval()
+
+
+def filled_cache(model, length=11, seed=1) -> ContextCache:
+    g = torch.Generator().manual_seed(seed)
+    cache = ContextCache()
+    model.extend_context(cache, torch.randn(length, model.config.feature_size, generator=g))
+    return cache
+
+
+def test_layer_spread_follows_deepspec():
+    assert DSparkConfig.for_target({**TINY_TARGET, "num_hidden_layers": 30}).target_layer_ids == (1, 14, 27)
+    assert tiny_config().target_layer_ids == (1,)
+
+
+def test_checkpoint_round_trip_keeps_drafts_and_temperatures(tmp_path):
+    model = random_drafter()
+    model.config = DSparkConfig(**{**model.config.__dict__, "sts_temperatures": tuple([1.5] * 7)})
+    model.sts_temperatures = torch.full((7,), 1.5)
+    embed, head = model.embed_tokens.weight.detach().clone(), model.lm_head.weight.detach().clone()
+    save_drafter(model, tmp_path, dtype=torch.float32)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["architectures"] == ["Qwen3DSparkModel"] and saved["block_size"] == 7
+    from safetensors.torch import load_file
+
+    names = set(load_file(str(tmp_path / "model.safetensors")))
+    assert "embed_tokens.weight" not in names and "fc.weight" in names  # shared with the target
+    assert "markov_head.markov_w1.weight" in names and "confidence_head.proj.weight" in names
+
+    loaded = load_drafter(tmp_path)
+    loaded.share_target_embeddings(embed, head)
+    a = model.draft([filled_cache(model)], [5])
+    b = loaded.draft([filled_cache(loaded)], [5])
+    assert torch.equal(a.tokens, b.tokens)
+    assert torch.allclose(a.survival, b.survival, atol=1e-6)
+    assert loaded.config.sts_temperatures == (1.5,) * 7
+
+
+def deepspec_checkpoint(directory, model: DSparkDrafter) -> None:
+    """Write a checkpoint the way DeepSpec's save_pretrained does: its own embeddings and head,
+    `rope_theta` at the top level, no hsedit section."""
+    from safetensors.torch import save_file
+
+    cfg = model.config
+    raw = {
+        "architectures": ["Qwen3DSparkModel"], "model_type": "qwen3", **TINY_TARGET,
+        "num_hidden_layers": cfg.num_hidden_layers, "num_target_layers": cfg.num_target_layers,
+        "target_layer_ids": list(cfg.target_layer_ids), "block_size": 7, "mask_token_id": 96,
+        "num_anchors": 512, "enable_confidence_head": True, "confidence_head_with_markov": True,
+        "markov_rank": 4, "markov_head_type": "vanilla", "tie_word_embeddings": False,
+    }
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(raw))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(directory / "model.safetensors"))
+
+
+def test_a_tiny_random_target_and_deepspec_drafter_load_and_draft(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    target = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in TINY_TARGET.items()}, tie_word_embeddings=True)).eval()
+    model = random_drafter()
+    deepspec_checkpoint(tmp_path / "drafter", model)
+    drafter = load_drafter(tmp_path / "drafter")
+    assert not drafter.config.shares_target_embeddings  # DeepSpec checkpoints carry their own
+    assert torch.equal(drafter.embed_tokens.weight, model.embed_tokens.weight)
+
+    ids = torch.randint(0, 96, (1, 9))
+    with torch.no_grad():
+        hidden = target(ids, output_hidden_states=True).hidden_states
+    features = torch.cat([hidden[i + 1][0] for i in drafter.config.target_layer_ids], dim=-1)
+    runner = ModelDrafter(drafter)
+    # The anchor (last token) has no features yet: the drafter keeps positions before it.
+    runner.observe("r", FeatureRows(features, start=0, num_tokens=10))
+    assert runner.can_draft("r", 10)
+    chains = runner.propose([("r", int(ids[0, -1]), 7)])
+    chain = chains["r"]
+    assert len(chain.tokens) == 7 and all(0 <= t < 97 for t in chain.tokens)
+    assert all(0 < c < 1 for c in chain.confidences)
+
+
+def test_survival_is_non_increasing_along_the_chain():
+    model = random_drafter(seed=3)
+    caches = [filled_cache(model, length=n, seed=n) for n in (1, 4, 17)]
+    block = model.draft(caches, [1, 2, 3])
+    assert block.survival.shape == (3, 7)
+    assert torch.all(block.survival[:, 1:] <= block.survival[:, :-1])
+    assert torch.allclose(block.survival, block.confidences.cumprod(1))
+
+
+def test_incremental_context_equals_one_pass():
+    model = random_drafter(seed=4)
+    features = torch.randn(12, model.config.feature_size)
+    whole, pieces = ContextCache(), ContextCache()
+    model.extend_context(whole, features)
+    for chunk in (features[:5], features[5:6], features[6:]):
+        model.extend_context(pieces, chunk)
+    a, b = model.draft([whole], [7]), model.draft([pieces], [7])
+    assert torch.equal(a.tokens, b.tokens) and torch.allclose(a.survival, b.survival, atol=1e-6)
+
+
+def test_drafts_in_a_batch_equal_drafts_alone():
+    model = random_drafter(seed=5)
+    caches = [filled_cache(model, length=n, seed=n) for n in (3, 9)]
+    together = model.draft(caches, [4, 8])
+    for i, (cache, anchor) in enumerate(zip(caches, [4, 8])):
+        alone = model.draft([cache], [anchor])
+        assert torch.equal(alone.tokens[0], together.tokens[i])
+
+
+def test_training_blocks_match_inference_drafting():
+    """A teacher-forced training block sees what inference sees at the same anchor."""
+    model = random_drafter(seed=6)
+    seq = 14
+    ids = torch.randint(0, 96, (seq,))
+    features = torch.randn(seq, model.config.feature_size)
+    anchors = torch.tensor([3, 9])
+    with torch.no_grad():
+        _, hidden, _ = model.training_blocks(ids, features, anchors)
+    for block, p in enumerate(anchors.tolist()):
+        cache = ContextCache()
+        model.extend_context(cache, features[:p])
+        kv = list(zip(cache.keys, cache.values))
+        alone = model.run_backbone(model.block_inputs(ids[p : p + 1])[0], p + torch.arange(7), kv, None)
+        assert torch.allclose(alone, hidden[block], atol=1e-5)
+
+
+def test_a_gap_in_features_stops_drafting_for_that_request():
+    runner = ModelDrafter(random_drafter())
+    size = runner.model.config.feature_size
+    runner.observe("r", FeatureRows(torch.randn(4, size), start=0, num_tokens=5))
+    runner.observe("r", FeatureRows(torch.randn(2, size), start=7, num_tokens=9))  # positions 4-6 never seen
+    assert runner.propose([("r", 1, 7)]) == {}
+
+
+def synthetic_sequences(model, count=6, length=40, seed=0):
+    """Sequences whose 'target' is a fixed random function of the features, so there is signal."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        ids = torch.randint(0, 96, (length,), generator=g)
+        features = torch.randn(length, model.config.feature_size, generator=g)
+        final = torch.randn(length, model.config.hidden_size, generator=g)
+        mask = torch.zeros(length, dtype=torch.bool)
+        mask[length // 3 :] = True
+        out.append(Sequence_(ids, mask, features.to(torch.bfloat16), final.to(torch.bfloat16), "synthetic"))
+    return out
+
+
+def test_training_lowers_the_dspark_loss():
+    torch.manual_seed(0)
+    template = random_drafter()
+    seqs = synthetic_sequences(template)
+    cfg = tiny_config()
+    target = {"model.embed_tokens.weight": template.embed_tokens.weight.detach(),
+              "lm_head.weight": template.lm_head.weight.detach()}
+    fresh = DSparkDrafter(cfg)
+    fresh.share_target_embeddings(target["model.embed_tokens.weight"], target["lm_head.weight"])
+    anchors = torch.arange(12, 30, 3)
+    with torch.no_grad():
+        before = float(dspark_loss(fresh, seqs[0], anchors)[0])
+    config = DrafterTrainConfig(minutes=5, max_steps=40, learning_rate=3e-3, anchors=8)
+    trained, report = train_drafter(cfg, target, seqs, seqs[:2], config, log=lambda _: None)
+    with torch.no_grad():
+        after = float(dspark_loss(trained, seqs[0], anchors)[0])
+    assert report["steps"] == 40 and after < before
+    assert len(report["sts_temperatures"]) == 7
+    logits, accepted, valid = greedy_blocks(trained, seqs[:2])
+    assert logits.shape == accepted.shape == valid.shape and logits.shape[1] == 7
+
+
+def test_calibration_measures():
+    assert ece(np.array([0.9, 0.9, 0.1, 0.1]), np.array([1, 1, 0, 0])) == pytest.approx(0.1)
+    assert auc(np.array([0.1, 0.4, 0.35, 0.8]), np.array([0, 0, 1, 1])) == pytest.approx(0.75)
+    assert auc(np.array([0.5, 0.5]), np.array([0, 1])) == pytest.approx(0.5)
+
+
+def test_sts_repairs_overconfident_survival():
+    rng = np.random.default_rng(0)
+    n, k = 4000, 7
+    true_logits = rng.normal(1.0, 1.5, size=(n, k))
+    accepted = rng.random((n, k)) < 1 / (1 + np.exp(-true_logits))
+    survived = np.cumprod(accepted, axis=1)
+    shown = 3.0 * true_logits  # an overconfident head: right order, logits three times too large
+    ones = np.ones(k)
+    temperatures = fit_sts(shown, survived, np.ones((n, k), bool))
+    before = ece(survival_from_logits(shown, ones)[:, -1], survived[:, -1])
+    after = ece(survival_from_logits(shown, temperatures)[:, -1], survived[:, -1])
+    assert after < before / 2
+    assert temperatures[0] == pytest.approx(3.0, rel=0.25)

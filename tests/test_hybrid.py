@@ -1,0 +1,230 @@
+"""Hybrid Spark's price, choice and allocation (pure tensor code), with property tests."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hsedit.spec.chain import DSPARK, NGRAM, CopyFeatures, DraftChain
+from hsedit.spec.copy_acceptance import (
+    CopyAcceptanceModel,
+    VerifiedChain,
+    fit_model,
+    labelled_positions,
+)
+from hsedit.spec.hybrid import HybridSelector, allocate, choose, convex_step_seconds, pad, price
+
+# survival chains: non-increasing values in (0, 1]
+chain_strategy = st.lists(st.floats(0.01, 1.0), min_size=0, max_size=8).map(
+    lambda c: np.cumprod(sorted(c, reverse=True)).tolist() if c else []
+)
+batch_strategy = st.lists(chain_strategy, min_size=1, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch_strategy, st.integers(0, 40))
+def test_allocation_admits_prefixes_within_budget(chains, budget):
+    scores = pad(chains, 8)
+    admitted = allocate(scores, budget)
+    assert int(admitted.sum()) <= budget
+    assert int(admitted.sum()) == min(budget, sum(len(c) for c in chains))
+    for row, n in zip(chains, admitted.tolist()):
+        assert n <= len(row)  # a prefix of the request's own slots, never padding
+    # every admitted slot scores at least as well as every slot left out
+    taken = [s for row, n in zip(chains, admitted.tolist()) for s in row[:n]]
+    left = [s for row, n in zip(chains, admitted.tolist()) for s in row[n:]]
+    if taken and left:
+        assert min(taken) >= max(left)
+
+
+def test_allocation_ties_go_to_earlier_positions_then_earlier_requests():
+    scores = pad([[0.9, 0.5], [0.9, 0.5], [0.5]], 2)
+    assert allocate(scores, 2).tolist() == [1, 1, 0]  # the two 0.9s
+    assert allocate(scores, 3).tolist() == [1, 1, 1]  # of the 0.5s, position 0 (request 2) first
+    assert allocate(scores, 4).tolist() == [2, 1, 1]  # then request 0 before request 1
+    assert allocate(scores, 4).tolist() == allocate(scores, 4).tolist()
+
+
+def linear_costs(n=300, base=0.05, per_token=0.002):
+    return torch.tensor([base + per_token * b for b in range(n)])
+
+
+@settings(max_examples=100, deadline=None)
+@given(batch_strategy, st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_a_higher_price_never_admits_more(chains, low, high):
+    low, high = sorted([low, high])
+    survival = torch.stack([pad(chains, 8), pad([c[:3] for c in chains], 8)], dim=1)
+    _, kept_low = choose(survival, low)
+    _, kept_high = choose(survival, high)
+    assert int(kept_high.sum()) <= int(kept_low.sum())
+
+
+def test_choice_keeps_the_chain_with_more_expected_tokens_net_of_price():
+    copy = [0.9, 0.8, 0.3, 0.2]
+    neural = [0.95, 0.9, 0.85, 0.8, 0.7]
+    survival = torch.stack([pad([copy], 5), pad([neural], 5)], dim=1)
+    chosen, kept = choose(survival, 0.5)
+    assert chosen.tolist() == [1] and kept.tolist() == [5]
+    chosen, kept = choose(survival, 0.88)  # only the first slots pay: copy 0.9 vs neural 0.95, 0.9
+    assert chosen.tolist() == [1] and kept.tolist() == [2]
+
+
+def test_prefix_rule_keeps_the_copy_chain():
+    survival = torch.stack([pad([[0.5, 0.4, 0.3, 0.2]], 4), pad([[0.9, 0.8]], 4)], dim=1)
+    chosen, kept = choose(survival, 0.1, prefer=torch.tensor([0]))
+    assert chosen.tolist() == [0] and kept.tolist() == [4]
+
+
+def test_price_is_low_alone_and_rises_with_the_batch():
+    costs = linear_costs()
+    alone = price(costs, 1, torch.tensor([0.9, 0.8, 0.7, 0.6, 0.5]))
+    crowded = price(costs, 64, torch.rand(64 * 8, generator=torch.Generator().manual_seed(0)))
+    assert alone.per_token < crowded.per_token
+    assert alone.budget == 5  # every slot pays when the step costs little more per token
+    # Goodput at the chosen budget is the best over all budgets.
+    scores = torch.tensor([0.9, 0.2, 0.1])
+    p = price(costs, 1, scores)
+    goodput = [(1 + float(scores.sort(descending=True).values[:k].sum())) / float(costs[1 + k]) for k in range(4)]
+    assert p.budget == int(np.argmax(goodput))
+
+
+def test_price_with_flat_costs_admits_everything_for_free():
+    p = price(torch.full((100,), 0.05), 2, torch.tensor([0.3, 0.1]))
+    assert p.per_token == 0.0 and p.budget == 2
+
+
+def chain(source, tokens, survival):
+    return DraftChain(source, tokens, survival=survival)
+
+
+def test_selector_applies_the_prefix_rule_and_truncates_at_the_price():
+    selector = HybridSelector(max_batch_tokens=64)
+    selector.set_costs([1, 8, 16], [0.06, 0.13, 0.21])
+    copy = chain(NGRAM, [1, 2, 3, 4, 5, 6], [0.6, 0.5, 0.4, 0.3, 0.2, 0.1])
+    neural = chain(DSPARK, [1, 2], [0.9, 0.8])
+    [kept] = selector.select([[copy, neural]])
+    assert kept.source == NGRAM and kept.tokens == [1, 2, 3, 4, 5, 6][: len(kept)]
+    other = chain(DSPARK, [7, 8], [0.9, 0.8])
+    [kept] = selector.select([[copy, other]])
+    assert kept.source == DSPARK
+    assert selector.last_price is not None and selector.last_price.per_token > 0
+
+
+def test_selector_without_costs_keeps_the_longest_expected_chain():
+    selector = HybridSelector(max_batch_tokens=64)
+    kept = selector.select([[chain(NGRAM, [1, 2, 3], [0.2, 0.1, 0.05])], [], [chain(DSPARK, [4], [0.9])]])
+    assert [c.tokens if c else None for c in kept] == [[1, 2, 3], None, [4]]
+
+
+def test_copy_positions_are_labelled_only_where_verified():
+    f = CopyFeatures(match_len=5, num_candidates=1, candidates_agree=True, source_distance=40)
+    rows, labels, owner = labelled_positions(
+        [VerifiedChain(f, drafted=6, accepted=2), VerifiedChain(f, drafted=3, accepted=3)]
+    )
+    assert labels.tolist() == [1, 1, 0, 1, 1, 1]  # k = 1..3 judged, then 1..3 all accepted
+    assert owner.tolist() == [0, 0, 0, 1, 1, 1]
+    assert rows[0, 5] == 1 and rows[1, 5] == 0  # the first position apart
+    assert rows[2, 4] == 2
+
+
+def test_copy_model_recovers_a_known_rule_and_round_trips(tmp_path):
+    rng = np.random.default_rng(0)
+    truth = np.array([0.5, 0.6, 1.2, 0.3, -0.25, 0.4])
+    chains = []
+    for _ in range(3000):
+        match = int(rng.integers(3, 60))
+        f = CopyFeatures(match, int(rng.integers(1, 4)), bool(rng.random() < 0.6), int(rng.integers(5, 900)))
+        model = CopyAcceptanceModel(tuple(truth))
+        p = model.conditional(f, 15)
+        accepted = int(np.argmin(np.r_[rng.random(15) < p, False]))
+        chains.append(VerifiedChain(f, 15, accepted))
+    fitted = fit_model(chains, model="tiny", fit_on="synthetic")
+    assert np.allclose(fitted.coefficients, truth, atol=0.25)
+    fitted.save(tmp_path / "c.json")
+    again = CopyAcceptanceModel.load(tmp_path / "c.json")
+    assert again == fitted
+    survival = again.survival(chains[0].features, 10)
+    assert all(b <= a for a, b in zip(survival, survival[1:]))
+    assert math.isclose(survival[0], again.conditional(chains[0].features, 1)[0])
+
+
+def test_fitting_refuses_data_without_both_outcomes():
+    f = CopyFeatures(5, 1, True, 10)
+    with pytest.raises(ValueError):
+        fit_model([VerifiedChain(f, 3, 3)] * 20)
+
+
+def test_step_costs_are_convex_and_ignore_a_noisy_cliff():
+    t = convex_step_seconds([1, 4, 8, 16, 32, 64], [0.3, 0.45, 0.45, 0.55, 1.4, 1.41], 128)
+    marginal = t[1:] - t[:-1]
+    assert torch.all(marginal[1:] >= marginal[:-1] - 1e-6)  # convex
+    assert torch.all(t[1:] >= t[:-1])  # monotone
+    assert float(t[32]) < 1.4  # the outlier at 32 sits above the envelope
+    assert float(t[1]) == pytest.approx(0.3) and float(t[0]) == pytest.approx(0.3)
+    assert float(t[128]) > float(t[64])  # the last slope continues
+
+
+def one_hot_verify(chain, prefix, probs, rng):
+    """Reference verification of a draft with no draft distribution: accept x with probability
+    p(x); on rejection draw from p without x; if all pass, draw a bonus token."""
+    out = list(prefix)
+    for x in chain:
+        p = probs[out[-1]]
+        if rng.random() < p[x]:
+            out.append(x)
+            continue
+        residual = p.copy()
+        residual[x] = 0.0
+        out.append(int(rng.choice(len(p), p=residual / residual.sum())))
+        return out
+    out.append(int(rng.choice(len(probs), p=probs[out[-1]])))
+    return out
+
+
+def test_hybrid_choice_with_one_hot_verification_keeps_the_sampled_distribution():
+    """The selection rule is exact with sampling: a Markov 'target' over 5 tokens, both drafters
+    proposing every step and the hybrid selector choosing (by price, prefix rule, allocation),
+    one-hot verification; the first 3 tokens' joint distribution matches direct sampling."""
+    from collections import Counter
+
+    from tests.test_hybrid_engine import chi_square_p_value
+
+    rng = np.random.default_rng(0)
+    vocab = 5
+    probs = rng.dirichlet(np.full(vocab, 0.7), size=vocab)  # p(next | previous)
+    selector = HybridSelector(max_batch_tokens=64)
+    selector.set_costs([1, 4, 16], [0.05, 0.06, 0.1])
+
+    def sample_hybrid():
+        seq = [0]
+        while len(seq) < 4:
+            last = seq[-1]
+            copy = chain(NGRAM, [(last + 1) % vocab, (last + 2) % vocab, 0], [0.6, 0.4, 0.2])
+            greedy = [int(np.argmax(probs[last]))]
+            greedy.append(int(np.argmax(probs[greedy[-1]])))
+            neural = chain(DSPARK, greedy, [0.7, 0.5])
+            [kept] = selector.select([[copy, neural]])
+            seq = one_hot_verify(kept.tokens if kept else [], seq, probs, rng)
+        return tuple(seq[1:4])
+
+    def sample_plain():
+        seq = [0]
+        for _ in range(3):
+            seq.append(int(rng.choice(vocab, p=probs[seq[-1]])))
+        return tuple(seq[1:])
+
+    def sample_broken():  # accepts every draft: what a wrong verifier does
+        seq = [0]
+        while len(seq) < 4:
+            seq += [(seq[-1] + 1) % vocab]
+        return tuple(seq[1:4])
+
+    n = 6000
+    plain = Counter(sample_plain() for _ in range(n))
+    hybrid = Counter(sample_hybrid() for _ in range(n))
+    assert chi_square_p_value(plain, hybrid) > 0.001
+    broken = Counter(sample_broken() if i % 2 else sample_plain() for i in range(n))
+    assert chi_square_p_value(plain, broken) < 0.001
