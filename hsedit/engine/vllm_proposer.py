@@ -77,11 +77,11 @@ class HseditProposer:
 
     def load_model(self, model: Any) -> None:
         self._runner = _find_owning_runner(self)
-        self._draft_sampled_requests = _target_embeddings(model)[0].device.type != "cpu"
+        embed, head = _target_embeddings(model)
+        self._draft_sampled_requests = embed.device.type != "cpu"
         model_drafter = self.planner.model_drafter
         if model_drafter is not None:
             drafter = model_drafter.model
-            embed, head = _target_embeddings(model)
             if embed.shape[-1] != drafter.config.hidden_size:
                 raise ValueError(
                     f"the DSpark drafter is for hidden size {drafter.config.hidden_size}, "
@@ -92,7 +92,7 @@ class HseditProposer:
             drafter.to(embed.device)
             self._request_aux_hidden_states(tuple(i + 1 for i in drafter.config.target_layer_ids))
         if self.planner.selector is not None:
-            self.planner.selector.device = _target_embeddings(model)[0].device
+            self.planner.selector.device = embed.device
 
     def _request_aux_hidden_states(self, layers: tuple[int, ...]) -> None:
         runner = self._runner
