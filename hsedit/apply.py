@@ -11,12 +11,20 @@ from pathlib import Path
 
 from hsedit.edit.diff import unified_diff
 from hsedit.edit.extract import extract_file
-from hsedit.edit.files import SourceFile, atomic_write, read_source
+from hsedit.edit.files import SourceFile, check_writable, read_source, write_if_unchanged
+from hsedit.edit.guard import DEFAULT_MAX_DELETION, GuardVerdict, check_answer
 from hsedit.edit.prompt import CLOSING_FENCE, ApplyPrompt
 from hsedit.edit.validate import Validation, validate
 from hsedit.engine.engine import Engine, Generation, GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
-from hsedit.errors import ContextTooLongError, OutputTruncatedError, UsageError, ValidationError
+from hsedit.errors import (
+    ContextTooLongError,
+    DestructiveAnswerError,
+    HseditError,
+    OutputTruncatedError,
+    UsageError,
+    ValidationError,
+)
 
 # Room for the answer beyond a copy of the file: edits may add lines.
 ANSWER_SLACK_TOKENS = 256
@@ -43,12 +51,25 @@ class EditResult:
     new_text: str  # with the original's line ends
     diff: str
     validation: Validation
+    guard: GuardVerdict
     stats: RequestStats
     closed: bool
 
     @property
     def changed(self) -> bool:
-        return self.new_text != self.job.source.restore_newlines(self.job.source.text)
+        return self.new_text != self.job.source.original
+
+    def refusal(self) -> HseditError | None:
+        """Why this answer must not be written (without --force), or None. The write policy
+        of apply, batch and the hooks alike."""
+        name = self.job.display_path
+        if not self.guard.ok:
+            return DestructiveAnswerError(f"{name}: {self.guard.reason}; nothing written (--force writes anyway)")
+        if not self.validation.ok:
+            return ValidationError(
+                f"the rewritten {name} does not parse ({self.validation.message}); nothing written (--force writes anyway)"
+            )
+        return None
 
     def as_dict(self) -> dict:
         return {
@@ -61,14 +82,20 @@ class EditResult:
                 "ok": self.validation.ok,
                 "message": self.validation.message,
             },
+            "guard": self.guard.as_dict(),
             "stats": self.stats.as_dict(),
         }
 
 
-def prepare(path: str | Path, instruction: str) -> EditJob:
+def prepare(path: str | Path, instruction: str, *, write: bool = False) -> EditJob:
+    """Read the file and check the request before any model runs (with `write`: that the file
+    can be replaced too, so a read-only file is refused up front, not after the edit)."""
     if not instruction or not instruction.strip():
         raise UsageError("the instruction is empty: say what to change")
-    return EditJob.for_source(read_source(path), _display_path(Path(path)), instruction)
+    source = read_source(path)
+    if write:
+        check_writable(source)
+    return EditJob.for_source(source, _display_path(Path(path)), instruction)
 
 
 FENCE_STOP = "\n" + CLOSING_FENCE
@@ -106,13 +133,16 @@ def run_edit(
     temperature: float = 0.0,
     seed: int | None = None,
     on_step: Callable[[StepEvent], None] | None = None,
+    max_deletion: float = DEFAULT_MAX_DELETION,
 ) -> EditResult:
     request = edit_request(engine, job, max_tokens=max_tokens, temperature=temperature, seed=seed)
     (generation,) = engine.generate([request], on_step=on_step)
-    return finish_edit(job, generation, request)
+    return finish_edit(job, generation, request, max_deletion=max_deletion)
 
 
-def finish_edit(job: EditJob, generation: Generation, request: GenerationRequest) -> EditResult:
+def finish_edit(
+    job: EditJob, generation: Generation, request: GenerationRequest, *, max_deletion: float = DEFAULT_MAX_DELETION
+) -> EditResult:
     """Extract, validate and diff a finished generation; refuse one cut off by max_tokens."""
     if generation.stats.finish_reason == "length":
         raise OutputTruncatedError(
@@ -122,29 +152,42 @@ def finish_edit(job: EditJob, generation: Generation, request: GenerationRequest
     # Generation stops on the closing fence and leaves it out; put it back for the extractor.
     answer = generation.text + (FENCE_STOP if generation.stats.finish_reason == "stop" else "")
     extracted = extract_file(answer, job.source.text)
-    new_text = job.source.restore_newlines(extracted.text)
+    new_text = job.source.restore(extracted.text)
     return EditResult(
         job=job,
         completion=answer,
         new_text=new_text,
-        diff=unified_diff(job.source.restore_newlines(job.source.text), new_text, job.display_path),
+        diff=unified_diff(job.source.original, new_text, job.display_path),
         validation=validate(job.source.path, extracted.text),
+        guard=check_answer(job.source.text, extracted.text, job.instruction, max_deletion=max_deletion),
         stats=generation.stats,
         closed=extracted.closed,
     )
 
 
 def write_result(result: EditResult, *, force: bool = False) -> bool:
-    """Write the new text over the file when it parses (or `force`); True if the file changed."""
-    if not result.validation.ok and not force:
-        raise ValidationError(
-            f"the rewritten {result.job.display_path} does not parse ({result.validation.message}); "
-            "nothing written (--force writes anyway)"
-        )
+    """Write the new text over the file unless the answer is refused (`force` overrides) or the
+    file changed since it was read (never overridden). True if the file changed."""
+    refusal = result.refusal()
+    if refusal is not None and not force:
+        raise refusal
     if not result.changed:
         return False
-    atomic_write(result.job.source.path, result.new_text)
+    write_if_unchanged(result.job.source, result.new_text)
     return True
+
+
+def settle(result: EditResult, *, write: bool, force: bool = False) -> bool:
+    """What `hsedit apply` does with a finished edit (the diff already shown): with `write`,
+    write it under the write policy; without, still refuse an answer the guard refuses, so a
+    script that pipes the diff on never takes a destructive answer for a good one. True if
+    the file was replaced."""
+    if write:
+        return write_result(result, force=force)
+    refusal = result.refusal()
+    if isinstance(refusal, DestructiveAnswerError):
+        raise refusal
+    return False
 
 
 def _display_path(path: Path) -> str:

@@ -3,8 +3,16 @@
 Task lines are those of `hsedit bench`: {"path", "instruction"} or {"path", "update"} (a
 lazy-snippet merge), paths relative to the task file. Each finished task is appended to a
 results file as it completes, so a rerun skips what already succeeded and retries the rest.
-One task failing (missing file, truncated output, output that does not parse) is recorded and
-never stops or touches the others. Two tasks on the same file are refused up front: their
+Up to `max_batch` edits run at once and the next task joins the engine's batch as soon as one
+finishes, so one long answer never holds the others back. One task failing (missing file,
+truncated output, output that does not parse, an answer the write guard refuses, a file changed
+while it ran) is recorded and never stops or touches the others.
+
+The results file is a journal that survives `kill -9` at any moment: every record is one line,
+written with a newline before it when a crash left the file without one, and synced. Before a
+file is replaced, a "writing" record names the text it will hold (its hash); a rerun that finds
+a "writing" record without its outcome looks at the file: if it already holds that text the
+write happened and is recorded, otherwise the task runs again. So no file is written twice. Two tasks on the same file are refused up front: their
 edits would be made against the same original and could not both apply.
 """
 
@@ -12,17 +20,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hsedit.apply import EditJob, EditResult, edit_request, finish_edit
-from hsedit.edit.files import atomic_write, read_source
+from hsedit.apply import EditJob, EditResult, edit_request, finish_edit, write_result
+from hsedit.edit.files import read_source
+from hsedit.edit.guard import DEFAULT_MAX_DELETION
 from hsedit.engine.engine import Engine, Generation, GenerationRequest, StepEvent
 from hsedit.errors import HseditError, UsageError
 from hsedit.tasks import is_edit, task_lines
 
 OK, UNCHANGED, FAILED = "ok", "unchanged", "failed"
+WRITING = "writing"  # journal only: the file is about to be replaced
 
 
 @dataclass(frozen=True)
@@ -65,23 +76,65 @@ def load_batch(task_file: str | Path) -> list[BatchTask]:
     return tasks
 
 
-def _latest_results(results_file: Path) -> dict[str, dict]:
-    """The last recorded result of each task key; a line cut short by a crash is ignored."""
-    latest: dict[str, dict] = {}
-    if not results_file.is_file():
+class ResultsJournal:
+    """The results file: one JSON record a line, appended and synced; the last record of a task
+    is its state."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def latest(self) -> dict[str, dict]:
+        """The last record of each task key; a line cut short by a crash is ignored."""
+        latest: dict[str, dict] = {}
+        if not self.path.is_file():
+            return latest
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # that task runs again
+            if isinstance(row, dict) and isinstance(row.get("key"), str):
+                latest[row["key"]] = row
         return latest
-    for line in results_file.read_text(encoding="utf-8").splitlines():
+
+    def append(self, row: dict) -> None:
+        line = (json.dumps(row) + "\n").encode("utf-8")
+        with open(self.path, "a+b") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell() > 0:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":  # a crash cut the last record short: never glue onto it
+                    line = b"\n" + line
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def pending(self, tasks: Sequence[BatchTask], *, write: bool) -> list[BatchTask]:
+        """The tasks still to run. Done: unchanged, or ok (and written, when this run writes).
+        A write interrupted between its "writing" record and its outcome is settled here."""
+        latest = self.latest()
+        todo = []
+        for task in tasks:
+            row = latest.get(task.key)
+            if row is not None and row.get("status") == WRITING:
+                row = self._settle_interrupted_write(task, row)
+            if row is not None and (
+                row.get("status") == UNCHANGED or (row.get("status") == OK and (row.get("written") or not write))
+            ):
+                continue
+            todo.append(task)
+        return todo
+
+    def _settle_interrupted_write(self, task: BatchTask, row: dict) -> dict | None:
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # that task runs again
-        latest[row["key"]] = row
-    return latest
-
-
-def finished_keys(results_file: Path) -> set[str]:
-    """Tasks that already succeeded in an earlier run."""
-    return {key for key, row in _latest_results(results_file).items() if row.get("status") in (OK, UNCHANGED)}
+            current = hashlib.sha256(task.path.read_bytes()).hexdigest()
+        except OSError:
+            return None
+        if current != row.get("after_sha256"):
+            return None  # the write did not happen: run the task again
+        settled = {k: v for k, v in row.items() if k != "after_sha256"} | {"status": OK, "written": True}
+        self.append(settled)
+        return settled
 
 
 def run_batch(
@@ -90,64 +143,84 @@ def run_batch(
     results_file: Path,
     *,
     write: bool = False,
+    force: bool = False,
     max_batch: int = 8,
     max_tokens: int | None = None,
+    max_deletion: float = DEFAULT_MAX_DELETION,
     on_step: Callable[[StepEvent], None] | None = None,
     on_done: Callable[[TaskOutcome], None] | None = None,
 ) -> list[TaskOutcome]:
-    skip = finished_keys(results_file)
-    pending = [task for task in tasks if task.key not in skip]
+    journal = ResultsJournal(results_file)
+    pending = journal.pending(tasks, write=write)
     outcomes: list[TaskOutcome] = []
 
     def record(outcome: TaskOutcome) -> None:
         outcomes.append(outcome)
-        with open(results_file, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(asdict(outcome)) + "\n")
+        journal.append(asdict(outcome))
         if on_done:
             on_done(outcome)
 
-    ready: list[tuple[BatchTask, EditJob, GenerationRequest]] = []
-    for task in pending:
-        try:
-            if not task.instruction.strip() and task.update is None:
-                raise UsageError("the instruction is empty")
-            job = EditJob.for_source(read_source(task.path), task.display_path, task.instruction, task.update)
-            ready.append((task, job, edit_request(engine, job, max_tokens=max_tokens)))
-        except HseditError as error:
-            record(_failure(task, error))
-    for start in range(0, len(ready), max_batch):
-        window = ready[start : start + max_batch]
-        generations = engine.generate([request for _, _, request in window], on_step=on_step)
-        for (task, job, request), generation in zip(window, generations):
-            record(_finish(task, job, request, generation, write))
+    started: list[tuple[BatchTask, EditJob, GenerationRequest]] = []  # by stream index
+
+    def requests() -> Iterator[GenerationRequest]:
+        """Read and prompt each task only when the engine has room for it."""
+        for task in pending:
+            try:
+                if not task.instruction.strip() and task.update is None:
+                    raise UsageError("the instruction is empty")
+                job = EditJob.for_source(read_source(task.path), task.display_path, task.instruction, task.update)
+                request = edit_request(engine, job, max_tokens=max_tokens)
+            except HseditError as error:
+                record(_failure(task, error))
+                continue
+            started.append((task, job, request))
+            yield request
+
+    for index, generation in engine.generate_each(requests(), max_in_flight=max_batch, on_step=on_step):
+        task, job, request = started[index]
+        record(finish_task(task, job, request, generation, journal, write=write, force=force, max_deletion=max_deletion))
     return outcomes
 
 
-def _finish(task: BatchTask, job: EditJob, request: GenerationRequest, generation: Generation, write: bool) -> TaskOutcome:
+def finish_task(
+    task: BatchTask,
+    job: EditJob,
+    request: GenerationRequest,
+    generation: Generation,
+    journal: ResultsJournal,
+    *,
+    write: bool,
+    force: bool,
+    max_deletion: float,
+) -> TaskOutcome:
     try:
-        result: EditResult = finish_edit(job, generation, request)
+        result: EditResult = finish_edit(job, generation, request, max_deletion=max_deletion)
     except HseditError as error:
         return _failure(task, error, generation.stats.as_dict())
     stats = result.stats.as_dict()
-    if not result.validation.ok:
-        return TaskOutcome(
-            task.key, task.display_path, FAILED, f"does not parse ({result.validation.message})", 6, result.diff, False, stats
-        )
+    refusal = result.refusal()
+    if refusal is not None and not force:
+        return _failure(task, refusal, stats, result.diff)
     if not result.changed:
         return TaskOutcome(task.key, task.display_path, UNCHANGED, stats=stats)
-    written = False
+    outcome = TaskOutcome(task.key, task.display_path, OK, diff=result.diff, stats=stats)
     if write:
-        atomic_write(task.path, result.new_text)
-        written = True
-    return TaskOutcome(task.key, task.display_path, OK, None, None, result.diff, written, stats)
+        after = hashlib.sha256(result.new_text.encode("utf-8")).hexdigest()
+        journal.append(asdict(outcome) | {"status": WRITING, "after_sha256": after})
+        try:
+            write_result(result, force=force)
+        except HseditError as error:
+            return _failure(task, error, stats, result.diff)
+        outcome.written = True
+    return outcome
 
 
-def _failure(task: BatchTask, error: HseditError, stats: dict | None = None) -> TaskOutcome:
-    return TaskOutcome(task.key, task.display_path, FAILED, str(error), error.exit_code, stats=stats or {})
+def _failure(task: BatchTask, error: HseditError, stats: dict | None = None, diff: str = "") -> TaskOutcome:
+    return TaskOutcome(task.key, task.display_path, FAILED, str(error), error.exit_code, diff, stats=stats or {})
 
 
 def combined_patch(tasks: Sequence[BatchTask], results_file: Path) -> str:
     """One patch of every task that succeeded, in this run or an earlier one (latest result wins)."""
-    latest = _latest_results(results_file)
+    latest = ResultsJournal(results_file).latest()
     rows = [latest[t.key] for t in tasks if t.key in latest and latest[t.key]["status"] == OK]
     return "".join(row["diff"] for row in sorted(rows, key=lambda row: row["path"]))

@@ -20,12 +20,13 @@ from hsedit.apply import EditJob, edit_request
 from hsedit.edit.diff import edit_distance
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import read_source
-from hsedit.engine.engine import NO_DRAFTER, Engine, EngineOptions, GenerationRequest, shared_engine
+from hsedit.edit.guard import GuardVerdict, check_answer
+from hsedit.engine.engine import Engine, EngineOptions, GenerationRequest, shared_engine
 from hsedit.errors import UsageError
-from hsedit.spec.chain import DSPARK, VLLM_SUFFIX
+from hsedit.spec.chain import DSPARK, HYBRID, NGRAM, NO_DRAFTER, VLLM_SUFFIX
 from hsedit.tasks import is_edit, task_lines
 
-DEFAULT_METHODS = (NO_DRAFTER, "ngram", "dspark", "hybrid")
+DEFAULT_METHODS = (NO_DRAFTER, NGRAM, DSPARK, HYBRID)
 BUILTIN_WORKLOADS = ("light", "heavy", "snippet", "chat")
 CHAT_MAX_TOKENS = 192
 
@@ -91,6 +92,7 @@ class BenchReport:
     cells: list[Cell]
     workloads: dict[str, list[str]]  # workload -> task names
     edit_distance: dict[str, float | None]  # workload -> mean over its plain outputs
+    refused: dict[str, list[str]]  # workload -> edits whose plain output the write guard refuses
     batch_sizes: list[int]
     repeats: int
     methods: list[str]
@@ -116,6 +118,7 @@ class BenchReport:
         return {
             "workloads": self.workloads,
             "edit_distance": {k: _round(v) for k, v in self.edit_distance.items()},
+            "refused_by_guard": self.refused,
             "batch_sizes": self.batch_sizes,
             "repeats": self.repeats,
             "exact": self.exact,
@@ -194,6 +197,7 @@ def run_bench(
     runnable = [m for m in methods if m in engines]
     outputs: dict[tuple[str, int, str], list[tuple[list[BenchTask], list[list[int]], list[str]]]] = {}
     distances: dict[str, list[float]] = {}
+    refused: dict[str, list[str]] = {w.name: [] for w in workloads}
     for repeat in range(repeats):
         for w_index, workload in enumerate(workloads):
             for b_index, batch_size in enumerate(batch_sizes):
@@ -207,9 +211,13 @@ def run_bench(
                         ids, texts = _run_group(engine, group, cell)
                         outputs.setdefault((workload.name, batch_size, method), []).append((group, ids, texts))
                         if method == NO_DRAFTER and batch_size == batch_sizes[0] and repeat == 0:
-                            distances.setdefault(workload.name, []).extend(
-                                d for task, text in zip(group, texts) if (d := _distance(task, text)) is not None
-                            )
+                            for task, text in zip(group, texts):
+                                if task.job is None:
+                                    continue
+                                distance, verdict = _judge(task.job, text)
+                                distances.setdefault(workload.name, []).append(distance)
+                                if not verdict.ok and task.name not in refused[workload.name]:
+                                    refused[workload.name].append(task.name)
     for (workload, batch_size, method), runs in outputs.items():
         reference = outputs[(workload, batch_size, NO_DRAFTER)]  # the same groups, in the same order
         for (group, ids, _), (_, ref_ids, _) in zip(runs, reference):
@@ -221,6 +229,7 @@ def run_bench(
         workloads={w.name: [t.name for t in w.tasks] for w in workloads},
         edit_distance={w.name: (sum(distances[w.name]) / len(distances[w.name]) if distances.get(w.name) else None)
                        for w in workloads},
+        refused=refused,
         batch_sizes=list(batch_sizes),
         repeats=repeats,
         methods=methods,
@@ -283,12 +292,12 @@ def _request(engine: Engine, task: BenchTask) -> GenerationRequest:
     return GenerationRequest(engine.chat_prompt(task.chat), max_tokens=CHAT_MAX_TOKENS)
 
 
-def _distance(task: BenchTask, text: str) -> float | None:
-    """Edit distance between an edit's input file and the file the model wrote."""
-    if task.job is None:
-        return None
-    original = task.job.source.text
-    return edit_distance(original, extract_file(text, original).text)
+def _judge(job: EditJob, text: str) -> tuple[float, GuardVerdict]:
+    """Edit distance between an edit's input file and the file the model wrote, and whether the
+    write guard would let it be written."""
+    original = job.source.text
+    new = extract_file(text, original).text
+    return edit_distance(original, new), check_answer(original, new, job.instruction)
 
 
 def _round(value: float | None) -> float | None:

@@ -31,6 +31,14 @@ def _root() -> None:
 EXIT_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
 
 
+DrafterOption = Annotated[
+    Optional[str],
+    typer.Option(help="Drafter: hybrid (copy + model, chosen per request by price; the default), ngram (copy), dspark (model), none, vllm-ngram, vllm-suffix. Also HSEDIT_DRAFTER or [tool.hsedit] drafter."),
+]
+MaxDeletionOption = Annotated[
+    Optional[float],
+    typer.Option(min=0.0, max=1.0, help="Write guard: refuse an answer shorter than the file by more than this share of its lines unless the instruction asks to delete (default 0.5; [tool.hsedit] max_deletion)."),
+]
 DsparkOption = Annotated[
     Optional[str],
     typer.Option(help="DSpark drafter directory (DeepSpec layout); default: the shipped one, for the embedded models."),
@@ -51,8 +59,9 @@ def apply(
     diff_path: Annotated[Optional[Path], typer.Option("--diff", help="Write the unified diff here instead of stdout.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: new text, diff, stats.")] = False,
     no_spec: Annotated[bool, typer.Option("--no-spec", help="Plain decoding, no drafts (the baseline).")] = False,
-    drafter: Annotated[str, typer.Option(help="Drafter: hybrid (copy + model, chosen per request by price), ngram (copy), dspark (model), none, vllm-ngram, vllm-suffix.")] = "hybrid",
+    drafter: DrafterOption = None,
     max_tokens: Annotated[Optional[int], typer.Option(help="Cap on generated tokens (default: from the file's size).", min=1)] = None,
+    max_deletion: MaxDeletionOption = None,
     temperature: Annotated[float, typer.Option(help="0 is greedy; output is exactly the model's either way.", min=0.0)] = 0.0,
     seed: Annotated[Optional[int], typer.Option(help="Sampling seed (with --temperature > 0).")] = None,
     model: Annotated[Optional[str], typer.Option(help="HF hub id, HF directory, .gguf file, or embedded / embedded-base (default: embedded, the fine-tuned SmolLM2).")] = None,
@@ -61,18 +70,20 @@ def apply(
 ) -> None:
     """Rewrite FILE as INSTRUCTION says; print a unified diff (or --write it)."""
     from hsedit import apply as core
+    from hsedit.config import find_pyproject, load_config
     from hsedit.edit.diff import summarize
     from hsedit.engine.engine import EngineOptions, shared_engine
 
     err = Console(stderr=True)
     live_wanted = not as_json and not os.environ.get("PRE_COMMIT") and err.is_terminal
     try:
-        if no_spec:
-            drafter = "none"
-        _check_methods([drafter])
+        config = load_config(find_pyproject())
+        drafter = "none" if no_spec else config.drafter_or_default(drafter)
+        model = config.resolve("model", model, None)
+        max_deletion = config.max_deletion_or_default(max_deletion)
         if force and not write:
             raise UsageError("--force only makes sense with --write")
-        job = core.prepare(file, instruction)
+        job = core.prepare(file, instruction, write=write)
         started = time.perf_counter()
         with err.status("starting the engine…") if live_wanted else nullcontext():
             engine = shared_engine(EngineOptions(model=model, drafter=drafter, compile=compile, seed=seed or 0, dspark=dspark))
@@ -86,7 +97,7 @@ def apply(
         with view or nullcontext():
             result = core.run_edit(
                 engine, job, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                on_step=view.update if view else None,
+                on_step=view.update if view else None, max_deletion=max_deletion,
             )
         if as_json:
             typer.echo(json.dumps(result.as_dict()))
@@ -98,10 +109,9 @@ def apply(
             _report(err, result, summarize(result.diff) if result.diff else None)
         if not result.validation.checked:
             err.print(f"hsedit: note: {result.validation.message}; the result was not syntax-checked", style="yellow")
-        if write:
-            if core.write_result(result, force=force):
-                err.print(f"wrote {job.display_path}", style="green")
-        elif not result.validation.ok:
+        if core.settle(result, write=write, force=force):
+            err.print(f"wrote {job.display_path}", style="green")
+        elif not write and not result.validation.ok:
             err.print(f"hsedit: warning: the result does not parse ({result.validation.message})", style="yellow")
     except HseditError as error:
         raise _fail(err, error) from None
@@ -186,12 +196,14 @@ def _positive_ints(text: str, option: str) -> list[int]:
 @app.command(epilog=EXIT_HELP)
 def batch(
     tasks: Annotated[Path, typer.Argument(help='JSON lines: {"path", "instruction"} or {"path", "update"}.')],
-    write: Annotated[bool, typer.Option("--write", help="Replace each file atomically (only outputs that parse).")] = False,
+    write: Annotated[bool, typer.Option("--write", help="Replace each file atomically (only outputs that parse and pass the write guard).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="With --write: write outputs that do not parse or that the guard refuses.")] = False,
     patch: Annotated[Optional[Path], typer.Option(help="Write one combined patch here (paths relative to the task file).")] = None,
     results: Annotated[Optional[Path], typer.Option(help="Results file (default: TASKS.results.jsonl); finished tasks are skipped on rerun.")] = None,
     max_batch: Annotated[int, typer.Option(help="Edits run concurrently in the engine.", min=1)] = 8,
     max_tokens: Annotated[Optional[int], typer.Option(min=1)] = None,
-    drafter: Annotated[str, typer.Option(help="Drafter: hybrid (copy + model, chosen per request by price), ngram (copy), dspark (model), none, vllm-ngram, vllm-suffix.")] = "hybrid",
+    max_deletion: MaxDeletionOption = None,
+    drafter: DrafterOption = None,
     model: Annotated[Optional[str], typer.Option(help="As for apply.")] = None,
     dspark: DsparkOption = None,
 ) -> None:
@@ -199,12 +211,18 @@ def batch(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hsedit.batch import FAILED, combined_patch, load_batch, run_batch
+    from hsedit.config import find_pyproject, load_config
     from hsedit.engine.engine import EngineOptions, shared_engine
 
     err = Console(stderr=True)
     results_file = results or tasks.with_name(tasks.name + ".results.jsonl")
     try:
-        _check_methods([drafter])
+        config = load_config(find_pyproject())
+        drafter = config.drafter_or_default(drafter)
+        model = config.resolve("model", model, None)
+        max_deletion = config.max_deletion_or_default(max_deletion)
+        if force and not write:
+            raise UsageError("--force only makes sense with --write")
         loaded = load_batch(tasks)
         engine = shared_engine(EngineOptions(model=model, drafter=drafter, dspark=dspark))
     except HseditError as error:
@@ -238,8 +256,8 @@ def batch(
                 progress.console.print(f"hsedit: {outcome.path}: {outcome.error}", style="red", soft_wrap=True, highlight=False)
 
         outcomes = run_batch(
-            engine, loaded, results_file, write=write, max_batch=max_batch, max_tokens=max_tokens,
-            on_step=on_step, on_done=on_done,
+            engine, loaded, results_file, write=write, force=force, max_batch=max_batch, max_tokens=max_tokens,
+            max_deletion=max_deletion, on_step=on_step, on_done=on_done,
         )
     from hsedit.ui import batch_table
 
@@ -388,7 +406,13 @@ def hook_fix(files: Annotated[Optional[list[str]], typer.Argument()] = None) -> 
 def _hook(mode: str, files: list[str]) -> None:
     import importlib.util
 
+    from hsedit.config import hook_config
+
     err = Console(stderr=True)
+    try:
+        hook_config(Path.cwd())  # a mistake in [tool.hsedit] is one line, before anything starts
+    except HseditError as error:
+        raise _fail(err, error) from None
     if importlib.util.find_spec("vllm") is None:
         # pre-commit installs hsedit alone into its own environment; the engine lives in the one
         # `make setup` (or pip install hsedit[cpu]) made. HSEDIT_PYTHON names its interpreter.
@@ -403,7 +427,9 @@ def _hook(mode: str, files: list[str]) -> None:
 
     try:
         status = run_hook(
-            lambda config: shared_engine(EngineOptions(model=config.model, drafter=config.drafter)),
+            lambda config: shared_engine(
+                EngineOptions(model=config.resolve("model", None, None), drafter=config.drafter_or_default(None))
+            ),
             files, fix=mode == "fix", root=Path.cwd(), say=lambda line: typer.echo(line),
         )
     except HseditError as error:
@@ -475,11 +501,10 @@ def drafter_eval(
 
 
 def _check_methods(methods: list[str]) -> None:
-    from hsedit.engine.engine import DRAFTER_CHOICES
+    from hsedit.spec.chain import check_drafter
 
-    unknown = [m for m in methods if m not in DRAFTER_CHOICES]
-    if unknown:
-        raise UsageError(f"unknown drafter {', '.join(unknown)!r}; choose from {', '.join(DRAFTER_CHOICES)}")
+    for method in methods:
+        check_drafter(method)
 
 
 def _write_diff(path: Path, diff: str) -> None:

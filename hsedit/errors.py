@@ -33,6 +33,14 @@ class ModelError(HseditError):
     exit_code = 7  # the model could not be found, converted or loaded
 
 
+class DestructiveAnswerError(HseditError):
+    exit_code = 8  # empty answer, mass deletion or placeholders: nothing written (--force writes)
+
+
+class FileChangedError(HseditError):
+    exit_code = 9  # the file changed while the edit ran: nothing written, the answer kept aside
+
+
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES = {
@@ -44,5 +52,7 @@ EXIT_CODES = {
     5: "the model's output was cut off at --max-tokens",
     6: "the rewritten file does not parse (nothing written; --force writes anyway)",
     7: "the model could not be found, converted or loaded",
+    8: "the answer would destroy code (empty, mass deletion, placeholders): nothing written (--force writes)",
+    9: "the file changed while the edit ran: nothing written; the new version is kept beside it",
     130: "interrupted (Ctrl-C); the file is untouched",
 }

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from hsedit.engine.engine import StepEvent
 from hsedit.engine.stats import RequestStats
-from hsedit.spec.chain import DSPARK, NGRAM, TARGET, VLLM_NGRAM, VLLM_SUFFIX
+from hsedit.spec.chain import DSPARK, NGRAM, NO_DRAFTER, TARGET, VLLM_NGRAM, VLLM_SUFFIX
 
 SOURCE_STYLES = {NGRAM: "green", DSPARK: "cyan", TARGET: "default", VLLM_NGRAM: "green", VLLM_SUFFIX: "green"}
 LEGEND = Text.assemble(
@@ -74,8 +74,6 @@ class LiveEdit:
 
 
 def bench_table(report) -> Table:
-    from hsedit.engine.engine import NO_DRAFTER
-
     step = f" · plain step {report.plain_step_ms:.0f} ms" if report.plain_step_ms else ""
     table = Table(title=f"hsedit bench · {report.repeats} round(s), methods interleaved; ratios from this run{step}")
     columns = ("workload", "batch", "method", "tok/s", "vs plain", "vs dspark", "tok/step", "accepted/drafted",
@@ -85,6 +83,8 @@ def bench_table(report) -> Table:
     for c in report.cells:
         distance = report.edit_distance.get(c.workload)
         workload = c.workload + (f" ({distance:.0%} edit)" if distance is not None else "")
+        if report.refused.get(c.workload):
+            workload += f" ({len(report.refused[c.workload])} refused by the guard)"
         if c.skipped:
             table.add_row(workload, str(c.batch_size), c.method, "skipped", "", "", "", escape(c.skipped), "", "")
             continue

@@ -117,8 +117,29 @@ def test_crlf_files_keep_their_line_ends(tmp_path):
     path = tmp_path / "w.py"
     path.write_bytes(b"a = 1\r\nb = 2\r\n")
     source = read_source(path)
-    assert source.text == "a = 1\nb = 2\n" and source.crlf
-    assert source.restore_newlines("a = 3\n") == "a = 3\r\n"
+    assert source.text == "a = 1\nb = 2\n" and source.endings == ("\r\n", "\r\n")
+    assert source.restore("a = 3\nb = 2\nc = 4\n") == "a = 3\r\nb = 2\r\nc = 4\r\n"
+    assert source.original == "a = 1\r\nb = 2\r\n"
+
+
+def test_mixed_line_ends_change_only_where_the_edit_did(tmp_path):
+    lines = [f"v{i} = {i}" for i in range(25)]
+    raw = "".join(line + ("\r\n" if i == 7 else "\n") for i, line in enumerate(lines))
+    path = tmp_path / "m.py"
+    path.write_bytes(raw.encode())
+    source = read_source(path)
+    edited = source.text.replace("v3 = 3", "v3 = 33").replace("v7 = 7", "v7 = 77")
+    restored = source.restore(edited + "new = 1\n")
+    assert restored == raw.replace("v3 = 3\n", "v3 = 33\n").replace("v7 = 7\r\n", "v7 = 77\r\n") + "new = 1\n"
+
+
+def test_byte_order_mark_and_missing_final_newline_are_kept(tmp_path):
+    path = tmp_path / "b.py"
+    path.write_bytes(b"\xef\xbb\xbfx = 1\r\ny = 2")
+    source = read_source(path)
+    assert source.text == "x = 1\ny = 2" and source.bom
+    assert source.restore("x = 1\ny = 3").encode() == b"\xef\xbb\xbfx = 1\r\ny = 3"
+    assert source.restore("x = 1\ny = 3\nz = 4").encode() == b"\xef\xbb\xbfx = 1\r\ny = 3\r\nz = 4"
 
 
 def test_atomic_write_replaces_and_keeps_the_mode(tmp_path):

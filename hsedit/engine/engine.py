@@ -23,7 +23,7 @@ import time
 import uuid
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,14 +34,20 @@ from hsedit.engine.costs import CostTable
 from hsedit.engine.provision import resolve_copy_model, resolve_drafter, resolve_model
 from hsedit.engine.stats import RequestStats, StepLog
 from hsedit.errors import ModelError
-from hsedit.spec.chain import DSPARK, HYBRID, NGRAM, TARGET, VLLM_BUILTINS, VLLM_NGRAM, VLLM_SUFFIX
+from hsedit.spec.chain import (
+    DSPARK,
+    HYBRID,
+    NGRAM,
+    OWN_DRAFTERS,
+    TARGET,
+    VLLM_BUILTINS,
+    VLLM_NGRAM,
+    VLLM_SUFFIX,
+    check_drafter,
+)
 from hsedit.spec.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH
 from hsedit.spec.planner import StepRecord
 
-NO_DRAFTER = "none"
-DRAFTER_CHOICES = (HYBRID, NO_DRAFTER, NGRAM, DSPARK, VLLM_NGRAM, VLLM_SUFFIX)
-# --drafter value -> drafters our planner runs
-OWN_DRAFTERS = {NGRAM: (NGRAM,), DSPARK: (DSPARK,), HYBRID: (NGRAM, DSPARK)}
 # (concurrent requests, filler drafts each) profiled at start: 1 to 256 scheduled tokens.
 PROFILE_SHAPES = ((1, 0), (1, 3), (1, 7), (1, 15), (4, 7), (4, 15), (16, 15))
 
@@ -116,8 +122,7 @@ class Generation:
 class Engine:
     def __init__(self, options: EngineOptions | None = None) -> None:
         self.options = options = options or EngineOptions()
-        if options.drafter not in DRAFTER_CHOICES:
-            raise ValueError(f"unknown drafter {options.drafter!r}; choose from {', '.join(DRAFTER_CHOICES)}")
+        check_drafter(options.drafter, "drafter")
         quiet = options.quiet and not os.environ.get("HSEDIT_VERBOSE")
         if quiet:
             # vLLM reads its level once, at import; its start-up chatter is not the user's business.
@@ -246,8 +251,12 @@ class Engine:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))
 
-    def stream(self, requests: Sequence[GenerationRequest]) -> Iterator[StepEvent]:
-        """Run the requests concurrently; yield after each engine step. Aborts on early exit."""
+    def stream(
+        self, requests: Iterable[GenerationRequest], *, max_in_flight: int | None = None
+    ) -> Iterator[StepEvent]:
+        """Run the requests concurrently and yield after each engine step. With `max_in_flight`,
+        at most that many run at once and the next joins the running batch as soon as one
+        finishes (continuous batching); `requests` is read lazily. Aborts what runs on early exit."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -255,27 +264,42 @@ class Engine:
         plain_step = self.cost_table.step_time(1) if self.cost_table else None
         tracked: dict[str, _Tracked] = {}
         batch = uuid.uuid4().hex[:8]
-        counts_at_start = self.counts.snapshot()
-        for index, request in enumerate(requests):
-            prompt_ids = (
-                list(request.prompt)
-                if not isinstance(request.prompt, str)
-                else self.tokenizer.encode(request.prompt)
-            )
-            params = SamplingParams(
-                temperature=request.temperature,
-                max_tokens=request.max_tokens,
-                seed=request.seed,
-                stop=request.stop,
-                output_kind=RequestOutputKind.DELTA,
-                skip_special_tokens=True,
-            )
-            external = f"hsedit-{batch}-{next(self._ids)}"
-            stats = RequestStats(prompt_tokens=len(prompt_ids), plain_estimate_s=plain_step)
-            stats.started_at = time.perf_counter()
-            internal = core.add_request(external, {"prompt_token_ids": prompt_ids}, params)
-            tracked[external] = _Tracked(index, internal, stats, _IncrementalText(self.tokenizer))
+        waiting = enumerate(requests)
+        in_flight: set[str] = set()
+
+        def admit() -> None:
+            while max_in_flight is None or len(in_flight) < max_in_flight:
+                entry = next(waiting, None)
+                if entry is None:
+                    return
+                index, request = entry
+                prompt_ids = (
+                    list(request.prompt)
+                    if not isinstance(request.prompt, str)
+                    else self.tokenizer.encode(request.prompt)
+                )
+                params = SamplingParams(
+                    temperature=request.temperature,
+                    max_tokens=request.max_tokens,
+                    seed=request.seed,
+                    stop=request.stop,
+                    output_kind=RequestOutputKind.DELTA,
+                    skip_special_tokens=True,
+                )
+                external = f"hsedit-{batch}-{next(self._ids)}"
+                stats = RequestStats(prompt_tokens=len(prompt_ids), plain_estimate_s=plain_step)
+                stats.started_at = time.perf_counter()
+                internal = core.add_request(external, {"prompt_token_ids": prompt_ids}, params)
+                item = _Tracked(index, internal, stats, _IncrementalText(self.tokenizer), self.counts.snapshot())
+                if in_flight:  # it shares the engine: the engine-wide counts are no longer its own
+                    item.alone = False
+                    for other in in_flight:
+                        tracked[other].alone = False
+                tracked[external] = item
+                in_flight.add(external)
+
         try:
+            admit()
             while core.has_unfinished_requests():
                 outputs = core.step()
                 now = time.perf_counter()
@@ -284,13 +308,16 @@ class Engine:
                     if item is None:
                         continue
                     event = self._event(item, output, now)
-                    if event.finished and item.stats.engine_reported is None and len(tracked) == 1:
-                        # vLLM leaves out its per-request counts when a stop string ends the
-                        # request; alone in the engine, the engine-wide counts are the request's.
-                        delta = self.counts.since(counts_at_start)
-                        if delta.drafts:
-                            item.stats.engine_reported = (delta.draft_tokens, delta.accepted_tokens)
+                    if event.finished:
+                        in_flight.discard(output.request_id)
+                        if item.stats.engine_reported is None and item.alone:
+                            # vLLM leaves out its per-request counts when a stop string ends the
+                            # request; alone in the engine, the engine-wide counts are the request's.
+                            delta = self.counts.since(item.counts_at_start)
+                            if delta.drafts:
+                                item.stats.engine_reported = (delta.draft_tokens, delta.accepted_tokens)
                     yield event
+                admit()
         finally:
             unfinished = [ext for ext, item in tracked.items() if not item.finished]
             if unfinished:
@@ -299,21 +326,35 @@ class Engine:
                 for item in tracked.values():
                     self.proposer.planner.release(item.internal_id)
 
+    def generate_each(
+        self,
+        requests: Iterable[GenerationRequest],
+        *,
+        max_in_flight: int | None = None,
+        on_step: Callable[[StepEvent], None] | None = None,
+    ) -> Iterator[tuple[int, Generation]]:
+        """(index, generation) for each request as soon as it finishes."""
+        running: dict[int, Generation] = {}
+        for event in self.stream(requests, max_in_flight=max_in_flight):
+            if on_step is not None:
+                on_step(event)
+            result = running.setdefault(event.index, Generation())
+            result.token_ids += event.token_ids
+            result.sources += event.sources
+            result.stats = event.stats
+            result.text += event.text
+            if event.finished:
+                yield event.index, running.pop(event.index)
+
     def generate(
         self,
         requests: Sequence[GenerationRequest],
         on_step: Callable[[StepEvent], None] | None = None,
     ) -> list[Generation]:
-        results = [Generation() for _ in requests]
-        for event in self.stream(requests):
-            if on_step is not None:
-                on_step(event)
-            result = results[event.index]
-            result.token_ids += event.token_ids
-            result.sources += event.sources
-            result.stats = event.stats
-            result.text += event.text
-        return results
+        results: list[Generation | None] = [None] * len(requests)
+        for index, generation in self.generate_each(requests, on_step=on_step):
+            results[index] = generation
+        return results  # type: ignore[return-value]
 
     def _event(self, item: _Tracked, output: Any, now: float) -> StepEvent:
         completion = output.outputs[0]
@@ -375,8 +416,10 @@ class _Tracked:
     internal_id: str
     stats: RequestStats
     text: _IncrementalText
+    counts_at_start: SpecCounts
     records: deque[StepRecord] = field(default_factory=deque)
     finished: bool = False
+    alone: bool = True  # no other request of this stream ran beside it
 
 
 class _IncrementalText:

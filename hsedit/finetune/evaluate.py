@@ -10,7 +10,6 @@ import ast
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hsedit.apply import EditJob, edit_request, finish_edit
 from hsedit.edit.extract import extract_file
@@ -92,7 +91,7 @@ def evaluate(engine: Engine, examples: Sequence[Example], batch_size: int = 8) -
     for start in range(0, len(examples), batch_size):
         batch = examples[start : start + batch_size]
         jobs = [
-            EditJob.for_source(SourceFile(Path(e.path), e.before, crlf=False), e.path, e.instruction, e.update)
+            EditJob.for_source(SourceFile.from_text(e.path, e.before), e.path, e.instruction, e.update)
             for e in batch
         ]
         requests = [edit_request(engine, job) for job in jobs]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hsedit.errors import UsageError
+
 # Token sources, as they appear in streams, stats and the live view.
 TARGET = "target"  # produced by the target model itself (the bonus / plain token)
 NGRAM = "ngram"  # copied from the request's own context by the copy drafter
@@ -11,8 +13,22 @@ DSPARK = "dspark"  # proposed by the model-based drafter
 VLLM_NGRAM = "vllm-ngram"  # vLLM's built-in n-gram drafter, run for comparison
 VLLM_SUFFIX = "vllm-suffix"  # vLLM's suffix decoding (arctic-inference), run for comparison
 HYBRID = "hybrid"  # --drafter value: both drafters, the price-based choice per request
-PROBE = "probe"
-VLLM_BUILTINS = (VLLM_NGRAM, VLLM_SUFFIX)  # drafters vLLM runs out of our sight  # filler drafts that size a verification step when profiling costs
+NO_DRAFTER = "none"  # --drafter value: plain decoding
+PROBE = "probe"  # filler drafts that size a verification step when profiling costs
+VLLM_BUILTINS = (VLLM_NGRAM, VLLM_SUFFIX)  # drafters vLLM runs out of our sight
+
+# Every --drafter value, in the order help texts list them; the one registry that the CLI, the
+# hook's [tool.hsedit] and the engine check names against.
+DRAFTER_CHOICES = (HYBRID, NO_DRAFTER, NGRAM, DSPARK, VLLM_NGRAM, VLLM_SUFFIX)
+# --drafter value -> the drafters hsedit's own planner runs for it
+OWN_DRAFTERS = {NGRAM: (NGRAM,), DSPARK: (DSPARK,), HYBRID: (NGRAM, DSPARK)}
+
+
+def check_drafter(name: object, where: str = "--drafter") -> str:
+    """`name` if it is a drafter hsedit knows; else a one-line usage error naming `where`."""
+    if name not in DRAFTER_CHOICES:
+        raise UsageError(f"{where}: unknown drafter {name!r}; choose from {', '.join(DRAFTER_CHOICES)}")
+    return name  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

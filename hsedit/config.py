@@ -1,0 +1,118 @@
+"""Settings from `[tool.hsedit]` in pyproject.toml, checked once, for every command and the hooks.
+
+    [tool.hsedit]
+    model = "embedded"            # as --model
+    drafter = "hybrid"            # as --drafter
+    max_deletion = 0.5            # as --max-deletion: the write guard's limit
+    [tool.hsedit.instructions]    # the hooks: fnmatch pattern -> instruction; the first match applies
+    "src/*.py" = "remove debug print statements"
+
+A mistake here (an unknown key or drafter, a value of the wrong type) is one line and exit 2,
+like a bad command-line option. Precedence everywhere: the command-line flag, then the
+environment (`HSEDIT_MODEL`, `HSEDIT_DRAFTER`), then `[tool.hsedit]`, then the default.
+Imports nothing heavy: the pre-commit environment has no torch or vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hsedit.edit.guard import DEFAULT_MAX_DELETION
+from hsedit.errors import UsageError
+from hsedit.spec.chain import HYBRID, check_drafter
+
+KNOWN_KEYS = ("model", "drafter", "max_deletion", "instructions")
+ENVIRONMENT = {"model": "HSEDIT_MODEL", "drafter": "HSEDIT_DRAFTER"}
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    instructions: tuple[tuple[str, str], ...] = ()  # (pattern, instruction) in file order
+    model: str | None = None
+    drafter: str | None = None
+    max_deletion: float | None = None
+    source: Path | None = None  # the pyproject.toml it came from
+
+    def resolve(self, name: str, flag: Any, default: Any) -> Any:
+        """One setting: the flag if given, else the environment, else this file, else `default`."""
+        if flag is not None:
+            return flag
+        variable = ENVIRONMENT.get(name)
+        if variable and os.environ.get(variable):
+            value = os.environ[variable]
+            return check_drafter(value, variable) if name == "drafter" else value
+        value = getattr(self, name)
+        return default if value is None else value
+
+    def drafter_or_default(self, flag: str | None) -> str:
+        return check_drafter(self.resolve("drafter", flag, HYBRID))
+
+    def max_deletion_or_default(self, flag: float | None) -> float:
+        return float(self.resolve("max_deletion", flag, DEFAULT_MAX_DELETION))
+
+
+def find_pyproject(start: Path | None = None) -> Path | None:
+    """The nearest pyproject.toml at or above `start` (the working directory)."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(pyproject: Path | None) -> ProjectConfig:
+    """`[tool.hsedit]` of `pyproject` (none, or no such table: all defaults)."""
+    if pyproject is None or not pyproject.is_file():
+        return ProjectConfig()
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{pyproject}: not valid TOML ({exc})") from exc
+    tool = data.get("tool", {})
+    section = tool.get("hsedit", {}) if isinstance(tool, dict) else {}
+    where = f"{pyproject}: [tool.hsedit]"
+    if not isinstance(section, dict):
+        raise UsageError(f"{where} must be a table")
+    unknown = [key for key in section if key not in KNOWN_KEYS]
+    if unknown:
+        raise UsageError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(KNOWN_KEYS)}")
+    instructions = section.get("instructions", {})
+    if not isinstance(instructions, dict):
+        raise UsageError(f'{where}.instructions must be a table of "pattern" = "instruction" lines')
+    for pattern, text in instructions.items():
+        if not pattern.strip():
+            raise UsageError(f"{where}.instructions has an empty pattern")
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError(f"{where}.instructions {pattern!r} needs a non-empty instruction")
+    model = section.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise UsageError(f"{where} model must be a model name or path (a string), not {model!r}")
+    drafter = section.get("drafter")
+    if drafter is not None:
+        check_drafter(drafter, f"{where} drafter")
+    max_deletion = section.get("max_deletion")
+    if max_deletion is not None:
+        max_deletion = check_share(max_deletion, f"{where} max_deletion")
+    return ProjectConfig(tuple(instructions.items()), model, drafter, max_deletion, pyproject)
+
+
+def hook_config(root: Path) -> ProjectConfig:
+    """The hooks' settings (pyproject.toml at the repository root, instructions required)."""
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        raise UsageError(f"no {pyproject.name} here: the hook reads its instructions from [tool.hsedit]")
+    config = load_config(pyproject)
+    if not config.instructions:
+        raise UsageError(f'{pyproject}: add [tool.hsedit.instructions] with "pattern" = "instruction" lines')
+    return config
+
+
+def check_share(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise UsageError(f"{where} must be a number from 0 to 1, not {value!r}")
+    return float(value)
