@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hsedit.apply import EditJob, edit_request
+from hsedit.drafting.chain import DSPARK, HYBRID, NGRAM, NO_DRAFTER, VLLM_SUFFIX
 from hsedit.edit.diff import edit_distance
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import read_source
 from hsedit.edit.guard import GuardVerdict, check_answer
 from hsedit.engine.engine import Engine, EngineOptions, GenerationRequest, shared_engine
 from hsedit.errors import UsageError
-from hsedit.spec.chain import DSPARK, HYBRID, NGRAM, NO_DRAFTER, VLLM_SUFFIX
 from hsedit.tasks import is_edit, task_lines
 
 DEFAULT_METHODS = (NO_DRAFTER, NGRAM, DSPARK, HYBRID)

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hsedit.drafting.calibration import auc, ece, log_loss
+from hsedit.drafting.chain import NGRAM
+from hsedit.drafting.copy_acceptance import CopyAcceptanceModel, VerifiedChain, fit_model, labelled_positions
 from hsedit.engine.engine import Engine, GenerationRequest
-from hsedit.spec.calibration import auc, ece, log_loss
-from hsedit.spec.chain import NGRAM
-from hsedit.spec.copy_acceptance import CopyAcceptanceModel, VerifiedChain, fit_model, labelled_positions
 
 MAX_ANSWER_TOKENS = 256
 

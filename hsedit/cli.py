@@ -501,7 +501,7 @@ def drafter_eval(
 
 
 def _check_methods(methods: list[str]) -> None:
-    from hsedit.spec.chain import check_drafter
+    from hsedit.drafting.chain import check_drafter
 
     for method in methods:
         check_drafter(method)

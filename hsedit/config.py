@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hsedit.drafting.chain import HYBRID, check_drafter
 from hsedit.edit.guard import DEFAULT_MAX_DELETION
 from hsedit.errors import UsageError
-from hsedit.spec.chain import HYBRID, check_drafter
 
 KNOWN_KEYS = ("model", "drafter", "max_deletion", "instructions")
 ENVIRONMENT = {"model": "HSEDIT_MODEL", "drafter": "HSEDIT_DRAFTER"}

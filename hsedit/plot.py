@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hsedit.drafting.chain import NO_DRAFTER
 from hsedit.errors import UsageError
-from hsedit.spec.chain import NO_DRAFTER
 
 
 def plot_report(report, path: str | Path) -> Path:

@@ -11,9 +11,9 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from hsedit.drafting.chain import DSPARK, NGRAM, NO_DRAFTER, TARGET, VLLM_NGRAM, VLLM_SUFFIX
 from hsedit.engine.engine import StepEvent
 from hsedit.engine.stats import RequestStats
-from hsedit.spec.chain import DSPARK, NGRAM, NO_DRAFTER, TARGET, VLLM_NGRAM, VLLM_SUFFIX
 
 SOURCE_STYLES = {NGRAM: "green", DSPARK: "cyan", TARGET: "default", VLLM_NGRAM: "green", VLLM_SUFFIX: "green"}
 LEGEND = Text.assemble(

@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from hsedit.calibrate import calibrate, split_prompts, verified_copy_chains
 from hsedit.cli import app
-from hsedit.spec.copy_acceptance import CopyAcceptanceModel
+from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
 
 runner = CliRunner()
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from hsedit.drafting.chain import NGRAM, TARGET
 from hsedit.engine.engine import GenerationRequest
-from hsedit.spec.chain import NGRAM, TARGET
 from tests.conftest import requests_for
 
 pytestmark = pytest.mark.engine

@@ -8,14 +8,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hsedit.spec.chain import DSPARK, NGRAM, CopyFeatures, DraftChain
-from hsedit.spec.copy_acceptance import (
+from hsedit.drafting.chain import DSPARK, NGRAM, CopyFeatures, DraftChain
+from hsedit.drafting.copy_acceptance import (
     CopyAcceptanceModel,
     VerifiedChain,
     fit_model,
     labelled_positions,
 )
-from hsedit.spec.hybrid import HybridSelector, allocate, choose, convex_step_seconds, pad, price
+from hsedit.drafting.hybrid import HybridSelector, allocate, choose, convex_step_seconds, pad, price
 
 # survival chains: non-increasing values in (0, 1]
 chain_strategy = st.lists(st.floats(0.01, 1.0), min_size=0, max_size=8).map(

@@ -6,8 +6,8 @@ from collections import Counter
 import pytest
 import torch
 
+from hsedit.drafting.chain import DSPARK, NGRAM
 from hsedit.engine.engine import GenerationRequest
-from hsedit.spec.chain import DSPARK, NGRAM
 from tests.conftest import requests_for
 
 pytestmark = pytest.mark.engine

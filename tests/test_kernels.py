@@ -9,7 +9,7 @@ import torch
 
 triton_ops = pytest.importorskip("hsedit.kernels.triton_ops", reason="triton is not installed")
 
-from hsedit.spec.hybrid import allocate, choose, pad
+from hsedit.drafting.hybrid import allocate, choose, pad
 
 
 def random_survival(g, requests, chains, length, empty_share=0.2):
@@ -73,7 +73,7 @@ def test_copy_match_kernel_equals_torch(seed):
 
 
 def test_longest_match_agrees_with_the_cpu_copy_index():
-    from hsedit.spec.ngram import longest_match_by_scan
+    from hsedit.drafting.ngram import longest_match_by_scan
 
     g = torch.Generator().manual_seed(3)
     tokens = torch.randint(0, 5, (4, 60), generator=g, dtype=torch.int32)

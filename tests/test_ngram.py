@@ -5,8 +5,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hsedit.spec.chain import NGRAM
-from hsedit.spec.ngram import CopyIndex, longest_match_by_scan
+from hsedit.drafting.chain import NGRAM
+from hsedit.drafting.ngram import CopyIndex, longest_match_by_scan
 
 token_lists = st.lists(st.integers(min_value=0, max_value=4), min_size=0, max_size=120)
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from hsedit.spec.chain import NGRAM, PROBE, TARGET
-from hsedit.spec.planner import DraftPlanner, RowView
+from hsedit.drafting.chain import NGRAM, PROBE, TARGET
+from hsedit.drafting.planner import DraftPlanner, RowView
 
 PROMPT = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
 

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from hsedit.bench import load_tasks
+from hsedit.drafting.chain import NGRAM, TARGET, VLLM_NGRAM
 from hsedit.engine.stats import RequestStats, StepLog
 from hsedit.errors import UsageError
-from hsedit.spec.chain import NGRAM, TARGET, VLLM_NGRAM
 from hsedit.ui import status_line
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from hsedit.spec.dspark import DSparkConfig
+from hsedit.drafting.dspark import DSparkConfig
 
 MAX_PROMPT_TOKENS = 768
 MAX_ANSWER_TOKENS = 256

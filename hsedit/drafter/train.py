@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from hsedit.drafter.data import Sequence_
-from hsedit.spec.calibration import auc, ece, fit_sts, log_loss, survival_from_logits
-from hsedit.spec.dspark import DSparkConfig, DSparkDrafter, draft_position_weights, save_drafter
+from hsedit.drafting.calibration import auc, ece, fit_sts, log_loss, survival_from_logits
+from hsedit.drafting.dspark import DSparkConfig, DSparkDrafter, draft_position_weights, save_drafter
 
 # DeepSpec's weights. A short run may raise the cross-entropy share (`ce_weight`): while the
 # draft and target distributions barely overlap, the L1 term's gradient is small.
@@ -303,9 +303,9 @@ def evaluate(drafter_dir: str, target: str | None, prompts: Sequence[str], edit_
     the target's greedy choice), mean accepted per block, ECE/AUC/log-loss of survival with and
     without its STS temperatures."""
     from hsedit.drafter import data
+    from hsedit.drafting.dspark import load_drafter
     from hsedit.engine.engine import Engine, EngineOptions
     from hsedit.engine.provision import resolve_model
-    from hsedit.spec.dspark import load_drafter
 
     target_dir = resolve_model(target)
     model = load_drafter(drafter_dir)

@@ -1,6 +1,6 @@
 """The cost table: measured time of one target step against the number of scheduled tokens.
 
-Profiled once at engine start. It prices verification (a later issue) and gives the live
+Profiled once at engine start. It prices verification (the hybrid selector's T(B)) and gives the live
 speedup estimate: what the same tokens would have cost at one token per step.
 """
 

@@ -29,12 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hsedit.engine import vllm_proposer
-from hsedit.engine.costs import CostTable
-from hsedit.engine.provision import resolve_copy_model, resolve_drafter, resolve_model
-from hsedit.engine.stats import RequestStats, StepLog
-from hsedit.errors import ModelError
-from hsedit.spec.chain import (
+from hsedit.drafting.chain import (
     DSPARK,
     HYBRID,
     NGRAM,
@@ -45,8 +40,13 @@ from hsedit.spec.chain import (
     VLLM_SUFFIX,
     check_drafter,
 )
-from hsedit.spec.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH
-from hsedit.spec.planner import StepRecord
+from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH
+from hsedit.drafting.planner import StepRecord
+from hsedit.engine import vllm_proposer
+from hsedit.engine.costs import CostTable
+from hsedit.engine.provision import resolve_copy_model, resolve_drafter, resolve_model
+from hsedit.engine.stats import RequestStats, StepLog
+from hsedit.errors import ModelError
 
 # (concurrent requests, filler drafts each) profiled at start: 1 to 256 scheduled tokens.
 PROFILE_SHAPES = ((1, 0), (1, 3), (1, 7), (1, 15), (4, 7), (4, 15), (16, 15))
@@ -137,7 +137,7 @@ class Engine:
             self.tokenizer = self.core.get_tokenizer()
             self.max_model_len = int(self.core.model_config.max_model_len)
             self._ids = itertools.count()
-            self.cost_table: CostTable | None = None
+            self.cost_table: CostTable | None = None  # profiling streams requests, which read it
             self.cost_table = self._profile_costs() if options.profile_costs else None
             selector = self.proposer.planner.selector if self.proposer else None
             if selector is not None and self.cost_table is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from hsedit.spec.chain import TARGET, VLLM_BUILTINS, CopyFeatures
+from hsedit.drafting.chain import TARGET, VLLM_BUILTINS, CopyFeatures
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,12 @@ from typing import Any
 
 import torch
 
-from hsedit.spec.chain import DSPARK
-from hsedit.spec.copy_acceptance import CopyAcceptanceModel
-from hsedit.spec.dspark import load_drafter
-from hsedit.spec.hybrid import HybridSelector
-from hsedit.spec.model_drafter import FeatureRows, ModelDrafter
-from hsedit.spec.planner import DraftPlanner, RowView
+from hsedit.drafting.chain import DSPARK
+from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+from hsedit.drafting.dspark import load_drafter
+from hsedit.drafting.hybrid import HybridSelector
+from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
+from hsedit.drafting.planner import DraftPlanner, RowView
 
 _next_options: dict[str, Any] = {}
 _created: list[HseditProposer] = []

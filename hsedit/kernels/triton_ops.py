@@ -1,13 +1,13 @@
 """Triton kernels for the GPU path of hybrid drafting, each equal to a torch reference.
 
-- `choose_kernel`: the per-request chain choice (`hsedit.spec.hybrid.choose`).
-- `admit_kernel`: the global top-K allocation of verification slots (`hsedit.spec.hybrid.allocate`):
+- `choose_kernel`: the per-request chain choice (`hsedit.drafting.hybrid.choose`).
+- `admit_kernel`: the global top-K allocation of verification slots (`hsedit.drafting.hybrid.allocate`):
   a slot is admitted iff fewer than `budget` slots come before it in the order (higher score,
   then earlier position, then earlier request), so no sort is needed.
 - `suffix_match_kernel`: a batched copy-match, the length of the match between each earlier
   position's history and the request's own suffix (`suffix_match_lengths_torch`).
 
-Tested on CPU under TRITON_INTERPRET=1 (tests/test_kernels.py); `hsedit.spec.hybrid` calls the
+Tested on CPU under TRITON_INTERPRET=1 (tests/test_kernels.py); `hsedit.drafting.hybrid` calls the
 wrappers when its tensors live on a GPU.
 """
 

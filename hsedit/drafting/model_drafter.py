@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hsedit.spec.chain import DSPARK, DraftChain
-from hsedit.spec.dspark import ContextCache, DSparkDrafter
+from hsedit.drafting.chain import DSPARK, DraftChain
+from hsedit.drafting.dspark import ContextCache, DSparkDrafter
 
 MAX_TRACKED_REQUESTS = 4096
 

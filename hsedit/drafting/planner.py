@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hsedit.spec.chain import DSPARK, NGRAM, PROBE, TARGET, CopyFeatures, DraftChain
-from hsedit.spec.copy_acceptance import CopyAcceptanceModel
-from hsedit.spec.hybrid import HybridSelector
-from hsedit.spec.model_drafter import FeatureRows, ModelDrafter
-from hsedit.spec.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, CopyIndex
+from hsedit.drafting.chain import DSPARK, NGRAM, PROBE, TARGET, CopyFeatures, DraftChain
+from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+from hsedit.drafting.hybrid import HybridSelector
+from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
+from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, CopyIndex
 
 DRAFTERS = (NGRAM, DSPARK)
 MAX_TRACKED_REQUESTS = 4096  # bound on state kept for requests nobody released

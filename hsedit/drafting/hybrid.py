@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from hsedit.spec.chain import DSPARK, NGRAM, DraftChain
+from hsedit.drafting.chain import DSPARK, NGRAM, DraftChain
 
 NEG_INF = float("-inf")
 

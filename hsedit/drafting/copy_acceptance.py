@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hsedit.spec.chain import CopyFeatures
+from hsedit.drafting.chain import CopyFeatures
 
 MATCH_CAP = 8
 FEATURE_NAMES = ("bias", "log_match", "agree", "log1p_extent", "position", "first")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hsedit.spec.chain import NGRAM, CopyFeatures, DraftChain
+from hsedit.drafting.chain import NGRAM, CopyFeatures, DraftChain
 
 DEFAULT_MIN_MATCH = 3
 DEFAULT_MAX_DRAFT = 15

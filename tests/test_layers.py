@@ -1,0 +1,21 @@
+"""The arrows point one way: the drafting core and the command-line settings import no engine."""
+
+import subprocess
+import sys
+
+import pytest
+
+CHECK = "import sys, importlib; importlib.import_module({module!r}); print(sorted(m for m in {banned!r} if m in sys.modules))"
+
+
+@pytest.mark.parametrize("module,banned", [
+    ("hsedit.drafting.planner", ("vllm",)),
+    ("hsedit.drafting.hybrid", ("vllm",)),
+    ("hsedit.drafting.dspark", ("vllm",)),
+    # what the pre-commit environment (no torch, no vLLM) imports before handing over
+    ("hsedit.config", ("vllm", "torch", "numpy")),
+])
+def test_module_imports_nothing_it_must_not(module, banned):
+    out = subprocess.run([sys.executable, "-c", CHECK.format(module=module, banned=banned)],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", f"{module} imports {out.strip()}"
