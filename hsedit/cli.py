@@ -12,16 +12,31 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from hsedit.errors import EXIT_CODES, EXIT_INTERRUPTED, HseditError, InputFileError, UsageError
 
+
+class _OneLineErrors(TyperGroup):
+    """The one error-to-exit mapping of every command: an HseditError is its one line on stderr
+    and its exit code; Ctrl-C is exit 130 (the file is untouched: writes are atomic)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except HseditError as error:
+            raise _fail(Console(stderr=True), error) from None
+        except KeyboardInterrupt:
+            Console(stderr=True).print("hsedit: interrupted; the file is untouched", style="yellow")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     add_completion=False,
     no_args_is_help=True,
     help="LLM code edits on an embedded vLLM engine with speculative copying.",
 )
-
-
 
 @app.callback()
 def _root() -> None:
@@ -76,48 +91,42 @@ def apply(
 
     err = Console(stderr=True)
     live_wanted = not as_json and not os.environ.get("PRE_COMMIT") and err.is_terminal
-    try:
-        config = load_config(find_pyproject())
-        drafter = "none" if no_spec else config.drafter_or_default(drafter)
-        model = config.resolve("model", model, None)
-        max_deletion = config.max_deletion_or_default(max_deletion)
-        if force and not write:
-            raise UsageError("--force only makes sense with --write")
-        job = core.prepare(file, instruction, write=write)
-        started = time.perf_counter()
-        with err.status("starting the engine…") if live_wanted else nullcontext():
-            engine = shared_engine(EngineOptions(model=model, drafter=drafter, compile=compile, seed=seed or 0, dspark=dspark))
-        if not as_json:
-            err.print(
-                f"hsedit: engine ready in {time.perf_counter() - started:.1f} s "
-                f"(drafter: {drafter}); editing {job.display_path}",
-                style="dim", highlight=False, soft_wrap=True,
-            )
-        view = _live_view(err, job) if live_wanted else None
-        with view or nullcontext():
-            result = core.run_edit(
-                engine, job, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                on_step=view.update if view else None, max_deletion=max_deletion,
-            )
-        if as_json:
-            typer.echo(json.dumps(result.as_dict()))
-        elif diff_path is not None:
-            _write_diff(diff_path, result.diff)
-        elif result.diff:
-            typer.echo(result.diff, nl=False)
-        if not as_json:
-            _report(err, result, summarize(result.diff) if result.diff else None)
-        if not result.validation.checked:
-            err.print(f"hsedit: note: {result.validation.message}; the result was not syntax-checked", style="yellow")
-        if core.settle(result, write=write, force=force):
-            err.print(f"wrote {job.display_path}", style="green")
-        elif not write and not result.validation.ok:
-            err.print(f"hsedit: warning: the result does not parse ({result.validation.message})", style="yellow")
-    except HseditError as error:
-        raise _fail(err, error) from None
-    except KeyboardInterrupt:
-        err.print("hsedit: interrupted; the file is untouched", style="yellow")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    config = load_config(find_pyproject())
+    drafter = "none" if no_spec else config.drafter_or_default(drafter)
+    model = config.resolve("model", model, None)
+    max_deletion = config.max_deletion_or_default(max_deletion)
+    if force and not write:
+        raise UsageError("--force only makes sense with --write")
+    job = core.prepare(file, instruction, write=write)
+    started = time.perf_counter()
+    with err.status("starting the engine…") if live_wanted else nullcontext():
+        engine = shared_engine(EngineOptions(model=model, drafter=drafter, compile=compile, seed=seed or 0, dspark=dspark))
+    if not as_json:
+        err.print(
+            f"hsedit: engine ready in {time.perf_counter() - started:.1f} s "
+            f"(drafter: {drafter}); editing {job.display_path}",
+            style="dim", highlight=False, soft_wrap=True,
+        )
+    view = _live_view(err, job) if live_wanted else None
+    with view or nullcontext():
+        result = core.run_edit(
+            engine, job, max_tokens=max_tokens, temperature=temperature, seed=seed,
+            on_step=view.update if view else None, max_deletion=max_deletion,
+        )
+    if as_json:
+        typer.echo(json.dumps(result.as_dict()))
+    elif diff_path is not None:
+        _write_diff(diff_path, result.diff)
+    elif result.diff:
+        typer.echo(result.diff, nl=False)
+    if not as_json:
+        _report(err, result, summarize(result.diff) if result.diff else None)
+    if not result.validation.checked:
+        err.print(f"hsedit: note: {result.validation.message}; the result was not syntax-checked", style="yellow")
+    if core.settle(result, write=write, force=force):
+        err.print(f"wrote {job.display_path}", style="green")
+    elif not write and not result.validation.ok:
+        err.print(f"hsedit: warning: the result does not parse ({result.validation.message})", style="yellow")
 
 
 @app.command()
@@ -143,31 +152,28 @@ def bench(
     )
 
     err = Console(stderr=True)
-    try:
-        methods = [m.strip() for m in drafters.split(",") if m.strip()]
-        _check_methods(methods)
-        sizes = _positive_ints(batch_size, "--batch-size")
-        if tasks is not None:
-            chosen = [Workload(tasks.stem, load_tasks(tasks))]
-        else:
-            names = [w.strip() for w in (workloads or ",".join(BUILTIN_WORKLOADS)).split(",") if w.strip()]
-            unknown = set(names) - set(BUILTIN_WORKLOADS)
-            if unknown:
-                raise UsageError(f"unknown workload {', '.join(sorted(unknown))}; choose from {', '.join(BUILTIN_WORKLOADS)}")
-            chosen = builtin_workloads(names)
-        report = run_bench(
-            chosen, methods, sizes, repeats,
-            engine_for=lambda method: engine_for_method(method, model, dspark),
-            on_run=lambda method, workload, b, r: err.print(
-                f"[{r + 1}/{repeats}] {workload:>8} · batch {b:>2} · {method}", style="dim", highlight=False
-            ),
-        )
-        if plot is not None:
-            from hsedit.plot import plot_report
+    methods = [m.strip() for m in drafters.split(",") if m.strip()]
+    _check_methods(methods)
+    sizes = _positive_ints(batch_size, "--batch-size")
+    if tasks is not None:
+        chosen = [Workload(tasks.stem, load_tasks(tasks))]
+    else:
+        names = [w.strip() for w in (workloads or ",".join(BUILTIN_WORKLOADS)).split(",") if w.strip()]
+        unknown = set(names) - set(BUILTIN_WORKLOADS)
+        if unknown:
+            raise UsageError(f"unknown workload {', '.join(sorted(unknown))}; choose from {', '.join(BUILTIN_WORKLOADS)}")
+        chosen = builtin_workloads(names)
+    report = run_bench(
+        chosen, methods, sizes, repeats,
+        engine_for=lambda method: engine_for_method(method, model, dspark),
+        on_run=lambda method, workload, b, r: err.print(
+            f"[{r + 1}/{repeats}] {workload:>8} · batch {b:>2} · {method}", style="dim", highlight=False
+        ),
+    )
+    if plot is not None:
+        from hsedit.plot import plot_report
 
-            err.print(f"plot: {plot_report(report, plot)}", style="dim")
-    except HseditError as error:
-        raise _fail(err, error) from None
+        err.print(f"plot: {plot_report(report, plot)}", style="dim")
     if as_json:
         typer.echo(json.dumps(report.as_dict()))
     else:
@@ -216,17 +222,14 @@ def batch(
 
     err = Console(stderr=True)
     results_file = results or tasks.with_name(tasks.name + ".results.jsonl")
-    try:
-        config = load_config(find_pyproject())
-        drafter = config.drafter_or_default(drafter)
-        model = config.resolve("model", model, None)
-        max_deletion = config.max_deletion_or_default(max_deletion)
-        if force and not write:
-            raise UsageError("--force only makes sense with --write")
-        loaded = load_batch(tasks)
-        engine = shared_engine(EngineOptions(model=model, drafter=drafter, dspark=dspark))
-    except HseditError as error:
-        raise _fail(err, error) from None
+    config = load_config(find_pyproject())
+    drafter = config.drafter_or_default(drafter)
+    model = config.resolve("model", model, None)
+    max_deletion = config.max_deletion_or_default(max_deletion)
+    if force and not write:
+        raise UsageError("--force only makes sense with --write")
+    loaded = load_batch(tasks)
+    engine = shared_engine(EngineOptions(model=model, drafter=drafter, dspark=dspark))
     totals = {"tokens": 0, "accepted": 0, "drafted": 0, "started": time.perf_counter()}
 
     def line() -> str:
@@ -304,10 +307,7 @@ def finetune_train(
     from hsedit.engine.provision import resolve_model
     from hsedit.finetune.train import TrainConfig, train
 
-    try:
-        base_dir = resolve_model(base)
-    except HseditError as error:
-        raise _fail(Console(stderr=True), error) from None
+    base_dir = resolve_model(base)
     config = TrainConfig(
         data=str(data), base_model=base_dir, output=str(out), rank=rank, alpha=2 * rank,
         learning_rate=learning_rate, epochs=epochs, time_budget_s=minutes * 60 if minutes else None,
@@ -339,10 +339,7 @@ def finetune_eval(
                 per_kind[example.kind] += 1
                 kept.append(example)
         examples = kept
-    try:
-        engine = shared_engine(EngineOptions(model=model, drafter="ngram"))
-    except HseditError as error:
-        raise _fail(Console(stderr=True), error) from None
+    engine = shared_engine(EngineOptions(model=model, drafter="ngram"))
     reports = evaluate(engine, examples)
     rows = [r.as_dict() for r in reports] + [overall(reports)]
     if as_json:
@@ -368,19 +365,16 @@ def calibrate(
     from hsedit.engine.provision import copy_model_path
 
     err = Console(stderr=True)
-    try:
-        files = list(prompts or shared_prompt_files())
-        if not files:
-            raise UsageError("no prompt files: pass --prompts FILE (JSON lines of general text)")
-        missing = [str(f) for f in files if not Path(f).is_file()]
-        if missing:
-            raise UsageError(f"no such prompt file: {missing[0]}")
-        general = read_general_prompts(files, limit)
-        engine = shared_engine(EngineOptions(model=model, drafter="ngram"))
-        edit_prompts = edit_prompts_from_heldout(engine, edits) if edits else []
-        fitted, report = fit(engine, general, edit_prompts, model or "embedded", log=lambda m: err.print(m, style="dim"))
-    except HseditError as error:
-        raise _fail(err, error) from None
+    files = list(prompts or shared_prompt_files())
+    if not files:
+        raise UsageError("no prompt files: pass --prompts FILE (JSON lines of general text)")
+    missing = [str(f) for f in files if not Path(f).is_file()]
+    if missing:
+        raise UsageError(f"no such prompt file: {missing[0]}")
+    general = read_general_prompts(files, limit)
+    engine = shared_engine(EngineOptions(model=model, drafter="ngram"))
+    edit_prompts = edit_prompts_from_heldout(engine, edits) if edits else []
+    fitted, report = fit(engine, general, edit_prompts, model or "embedded", log=lambda m: err.print(m, style="dim"))
     target = out or copy_model_path(model)
     target.parent.mkdir(parents=True, exist_ok=True)
     fitted.save(target)
@@ -409,10 +403,7 @@ def _hook(mode: str, files: list[str]) -> None:
     from hsedit.config import hook_config
 
     err = Console(stderr=True)
-    try:
-        hook_config(Path.cwd())  # a mistake in [tool.hsedit] is one line, before anything starts
-    except HseditError as error:
-        raise _fail(err, error) from None
+    hook_config(Path.cwd())  # a mistake in [tool.hsedit] is one line, before anything starts
     if importlib.util.find_spec("vllm") is None:
         # pre-commit installs hsedit alone into its own environment; the engine lives in the one
         # `make setup` (or pip install hsedit[cpu]) made. HSEDIT_PYTHON names its interpreter.
@@ -425,15 +416,12 @@ def _hook(mode: str, files: list[str]) -> None:
     from hsedit.engine.engine import EngineOptions, shared_engine
     from hsedit.hook import run_hook
 
-    try:
-        status = run_hook(
-            lambda config: shared_engine(
-                EngineOptions(model=config.resolve("model", None, None), drafter=config.drafter_or_default(None))
-            ),
-            files, fix=mode == "fix", root=Path.cwd(), say=lambda line: typer.echo(line),
-        )
-    except HseditError as error:
-        raise _fail(err, error) from None
+    status = run_hook(
+        lambda config: shared_engine(
+            EngineOptions(model=config.resolve("model", None, None), drafter=config.drafter_or_default(None))
+        ),
+        files, fix=mode == "fix", root=Path.cwd(), say=lambda line: typer.echo(line),
+    )
     raise typer.Exit(status)
 
 
@@ -462,10 +450,7 @@ def drafter_train(
         edit_examples=edit_examples, minutes=minutes, draft_layers=draft_layers, markov_rank=markov_rank,
         learning_rate=learning_rate, data_cache=str(data_cache) if data_cache else None,
     )
-    try:
-        path, report = run(config, log=typer.echo)
-    except HseditError as error:
-        raise _fail(Console(stderr=True), error) from None
+    path, report = run(config, log=typer.echo)
     summary = {k: v for k, v in report.items() if k not in ("history", "config")}
     typer.echo(json.dumps({"drafter": str(path), **summary}))
 
@@ -485,18 +470,15 @@ def drafter_eval(
     from hsedit.finetune.dataset import HELDOUT, load
 
     err = Console(stderr=True)
-    try:
-        missing = [str(p) for p in prompts if not p.is_file()]
-        if missing:
-            raise UsageError(f"no such prompt file: {missing[0]}")
-        import random
+    missing = [str(p) for p in prompts if not p.is_file()]
+    if missing:
+        raise UsageError(f"no such prompt file: {missing[0]}")
+    import random
 
-        heldout = load(HELDOUT, split="eval")
-        examples = random.Random(0).sample(heldout, min(edits, len(heldout)))
-        report = evaluate(resolve_drafter(drafter, target), target, read_prompts(prompts, limit), examples,
-                          log=lambda m: err.print(m, style="dim"))
-    except HseditError as error:
-        raise _fail(err, error) from None
+    heldout = load(HELDOUT, split="eval")
+    examples = random.Random(0).sample(heldout, min(edits, len(heldout)))
+    report = evaluate(resolve_drafter(drafter, target), target, read_prompts(prompts, limit), examples,
+                      log=lambda m: err.print(m, style="dim"))
     typer.echo(json.dumps(report, indent=2))
 
 
