@@ -20,8 +20,8 @@ import random
 from pathlib import Path
 
 from hsedit.edit.diff import edit_distance
-from hsedit.finetune.dataset import chunks, source_files, split_of
-from hsedit.finetune.edits import EXISTING_CODE, GENERATORS, as_snippet_merge
+from hsedit.train.finetune.dataset import chunks, source_files, split_of
+from hsedit.train.finetune.edits import EXISTING_CODE, GENERATORS, as_snippet_merge
 
 HERE = Path(__file__).resolve().parent
 PER_WORKLOAD = 4

@@ -284,7 +284,7 @@ def finetune_data(
     """Generate instructed edits with exact targets from installed Python source."""
     from collections import Counter
 
-    from hsedit.finetune.dataset import generate, save
+    from hsedit.train.finetune.dataset import generate, save
 
     examples = generate(seed=seed, limit_per_kind=per_kind)
     save(examples, out)
@@ -305,7 +305,7 @@ def finetune_train(
 ) -> None:
     """LoRA fine-tune of the apply model (CPU or GPU: torch decides)."""
     from hsedit.engine.provision import resolve_model
-    from hsedit.finetune.train import TrainConfig, train
+    from hsedit.train.finetune.train import TrainConfig, train
 
     base_dir = resolve_model(base)
     config = TrainConfig(
@@ -325,8 +325,8 @@ def finetune_eval(
 ) -> None:
     """Exact-match, unchanged-lines-kept and parse rates per edit kind on held-out files."""
     from hsedit.engine.engine import EngineOptions, shared_engine
-    from hsedit.finetune.dataset import HELDOUT, load
-    from hsedit.finetune.evaluate import evaluate, overall
+    from hsedit.train.finetune.dataset import HELDOUT, load
+    from hsedit.train.finetune.evaluate import evaluate, overall
 
     examples = load(data or HELDOUT, split=None if data else "eval")
     if limit:
@@ -359,10 +359,10 @@ def calibrate(
     out: Annotated[Optional[Path], typer.Option(help="Where to save the coefficients (default: the model's entry in hsedit's cache, which the hybrid drafter reads).")] = None,
 ) -> None:
     """Fit the copy drafter's acceptance model for a target on its own general-text outputs."""
-    from hsedit.calibrate import calibrate as fit
-    from hsedit.calibrate import edit_prompts_from_heldout, read_general_prompts, shared_prompt_files
     from hsedit.engine.engine import EngineOptions, shared_engine
     from hsedit.engine.provision import copy_model_path
+    from hsedit.train.calibrate import calibrate as fit
+    from hsedit.train.calibrate import edit_prompts_from_heldout, read_general_prompts, shared_prompt_files
 
     err = Console(stderr=True)
     files = list(prompts or shared_prompt_files())
@@ -443,7 +443,7 @@ def drafter_train(
     data_cache: Annotated[Optional[Path], typer.Option(help="Keep prepared sequences here and reuse them.")] = None,
 ) -> None:
     """Generate target data, train backbone + Markov + confidence heads, fit STS, save."""
-    from hsedit.drafter.train import DrafterTrainConfig, run
+    from hsedit.train.drafter.train import DrafterTrainConfig, run
 
     config = DrafterTrainConfig(
         target=target, output=str(out), corpus=[str(c) for c in corpus or []], max_prompts=max_prompts,
@@ -464,10 +464,10 @@ def drafter_eval(
     edits: Annotated[int, typer.Option(help="Held-out edit examples to add (never trained on).", min=0)] = 40,
 ) -> None:
     """Per-position acceptance and calibration (ECE, AUC) of a drafter's survival, before/after STS."""
-    from hsedit.drafter.data import read_prompts
-    from hsedit.drafter.train import evaluate
     from hsedit.engine.provision import resolve_drafter
-    from hsedit.finetune.dataset import HELDOUT, load
+    from hsedit.train.drafter.data import read_prompts
+    from hsedit.train.drafter.train import evaluate
+    from hsedit.train.finetune.dataset import HELDOUT, load
 
     err = Console(stderr=True)
     missing = [str(p) for p in prompts if not p.is_file()]

@@ -18,7 +18,7 @@ UTILS = "compressed_tensors/distributed/utils.py"
 
 @pytest.fixture
 def project(tmp_path):
-    from hsedit.finetune.dataset import HELDOUT, load
+    from hsedit.train.finetune.dataset import HELDOUT, load
 
     # A held-out rename the shipped model performs exactly, and a constant change it gets right.
     (example,) = [

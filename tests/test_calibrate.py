@@ -3,9 +3,9 @@
 import pytest
 from typer.testing import CliRunner
 
-from hsedit.calibrate import calibrate, split_prompts, verified_copy_chains
 from hsedit.cli import app
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+from hsedit.train.calibrate import calibrate, split_prompts, verified_copy_chains
 
 runner = CliRunner()
 

@@ -33,7 +33,7 @@ def run(*args):
 @pytest.fixture
 def heldout(tmp_path, monkeypatch):
     """A held-out rename the shipped model performs exactly: (path, instruction, expected text)."""
-    from hsedit.finetune.dataset import HELDOUT, load
+    from hsedit.train.finetune.dataset import HELDOUT, load
 
     (example,) = [
         e for e in load(HELDOUT)

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from hsedit.drafter.data import Sequence_
-from hsedit.drafter.train import DrafterTrainConfig, dspark_loss, greedy_blocks, train_drafter
 from hsedit.drafting.calibration import auc, ece, fit_sts, survival_from_logits
 from hsedit.drafting.dspark import ContextCache, DSparkConfig, DSparkDrafter, load_drafter, save_drafter
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
+from hsedit.train.drafter.data import Sequence_
+from hsedit.train.drafter.train import DrafterTrainConfig, dspark_loss, greedy_blocks, train_drafter
 
 TINY_TARGET = dict(
     hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,

@@ -7,8 +7,8 @@ import tokenize
 
 import pytest
 
-from hsedit.finetune import edits
-from hsedit.finetune.dataset import HELDOUT, chunks, load, split_of
+from hsedit.train.finetune import edits
+from hsedit.train.finetune.dataset import HELDOUT, chunks, load, split_of
 
 SOURCE = '''"""Totals for the report; total_value is documented here."""
 

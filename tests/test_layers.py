@@ -1,4 +1,4 @@
-"""The arrows point one way: the drafting core and the command-line settings import no engine."""
+"""The arrows point one way: the drafting core imports no vLLM, the settings no engine, the runtime no training code."""
 
 import subprocess
 import sys
@@ -14,6 +14,9 @@ CHECK = "import sys, importlib; importlib.import_module({module!r}); print(sorte
     ("hsedit.drafting.dspark", ("vllm",)),
     # what the pre-commit environment (no torch, no vLLM) imports before handing over
     ("hsedit.config", ("vllm", "torch", "numpy")),
+    # the runtime never imports training code
+    ("hsedit.batch", ("hsedit.train", "hsedit.train.finetune", "hsedit.train.drafter", "hsedit.train.calibrate")),
+    ("hsedit.bench", ("hsedit.train", "hsedit.train.finetune", "hsedit.train.drafter", "hsedit.train.calibrate")),
 ])
 def test_module_imports_nothing_it_must_not(module, banned):
     out = subprocess.run([sys.executable, "-c", CHECK.format(module=module, banned=banned)],

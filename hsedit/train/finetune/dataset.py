@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hsedit.finetune.edits import GENERATORS, Edit, as_snippet_merge
+from hsedit.train.finetune.edits import GENERATORS, Edit, as_snippet_merge
 
 MIN_FILE_LINES, MAX_FILE_LINES = 30, 300
 MIN_CHUNK_LINES, MAX_CHUNK_LINES = 12, 45

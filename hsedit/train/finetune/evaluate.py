@@ -16,7 +16,7 @@ from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile
 from hsedit.engine.engine import Engine
 from hsedit.errors import OutputTruncatedError
-from hsedit.finetune.dataset import Example
+from hsedit.train.finetune.dataset import Example
 
 
 @dataclass

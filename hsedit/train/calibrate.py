@@ -24,7 +24,7 @@ MAX_ANSWER_TOKENS = 256
 
 def shared_prompt_files() -> list[Path]:
     """The development prompt sets (../shared/data next to the checkout), where present."""
-    root = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+    root = Path(__file__).resolve().parent.parent.parent.parent / "shared" / "data"
     return [p for p in (root / n for n in ("mt-bench.jsonl", "swe-bench.jsonl", "humaneval.jsonl")) if p.is_file()]
 
 
@@ -92,7 +92,7 @@ def calibrate(
 
 
 def read_general_prompts(paths: Sequence[Path], limit: int | None, seed: int = 0) -> list[str]:
-    from hsedit.drafter.data import read_prompts
+    from hsedit.train.drafter.data import read_prompts
 
     prompts = read_prompts(paths, None, seed)
     random.Random(seed).shuffle(prompts)
@@ -102,7 +102,7 @@ def read_general_prompts(paths: Sequence[Path], limit: int | None, seed: int = 0
 def edit_prompts_from_heldout(engine: Engine, limit: int) -> list[str]:
     """Apply prompts for the shipped held-out edits (never used for any fitting)."""
     from hsedit.edit.prompt import ApplyPrompt
-    from hsedit.finetune.dataset import HELDOUT, load
+    from hsedit.train.finetune.dataset import HELDOUT, load
 
     examples = load(HELDOUT, split="eval")
     random.Random(0).shuffle(examples)

@@ -62,7 +62,7 @@ def chat_sequences(engine, prompts: Sequence[str]) -> list[tuple[list[int], int,
 
 
 def edit_sequences(tokenizer, examples) -> list[tuple[list[int], int, str]]:
-    from hsedit.finetune.train import encode_example
+    from hsedit.train.finetune.train import encode_example
 
     out = []
     for example in examples:

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hsedit.drafter.data import Sequence_
 from hsedit.drafting.calibration import auc, ece, fit_sts, log_loss, survival_from_logits
 from hsedit.drafting.dspark import DSparkConfig, DSparkDrafter, draft_position_weights, save_drafter
+from hsedit.train.drafter.data import Sequence_
 
 # DeepSpec's weights. A short run may raise the cross-entropy share (`ce_weight`): while the
 # draft and target distributions barely overlap, the L1 term's gradient is small.
@@ -233,7 +233,7 @@ def split_heldout(sequences: list[Sequence_], fraction: float, seed: int) -> tup
 
 def prepare_sequences(config: DrafterTrainConfig, cfg: DSparkConfig, target_dir: str, log=print) -> list[Sequence_]:
     """Target-written sequences with features, cached at `data_cache` (keyed by the recipe)."""
-    from hsedit.drafter import data
+    from hsedit.train.drafter import data
 
     cache = Path(config.data_cache) if config.data_cache else None
     key = json.dumps([target_dir, config.corpus, config.max_prompts, config.edit_examples, config.seed,
@@ -245,7 +245,7 @@ def prepare_sequences(config: DrafterTrainConfig, cfg: DSparkConfig, target_dir:
             return saved["sequences"]
     sequences = []
     from hsedit.engine.engine import Engine, EngineOptions
-    from hsedit.finetune.dataset import generate
+    from hsedit.train.finetune.dataset import generate
 
     engine = Engine(EngineOptions(model=config.target, profile_costs=False))
     try:
@@ -266,8 +266,8 @@ def prepare_sequences(config: DrafterTrainConfig, cfg: DSparkConfig, target_dir:
 
 
 def run(config: DrafterTrainConfig, log: Callable[[str], None] = print) -> tuple[Path, dict]:
-    from hsedit.drafter import data
     from hsedit.engine.provision import resolve_model
+    from hsedit.train.drafter import data
 
     target_dir = resolve_model(config.target)
     target_config = json.loads((Path(target_dir) / "config.json").read_text())
@@ -302,10 +302,10 @@ def evaluate(drafter_dir: str, target: str | None, prompts: Sequence[str], edit_
     """Offline calibration of a drafter on new data: per-position acceptance (greedy, against
     the target's greedy choice), mean accepted per block, ECE/AUC/log-loss of survival with and
     without its STS temperatures."""
-    from hsedit.drafter import data
     from hsedit.drafting.dspark import load_drafter
     from hsedit.engine.engine import Engine, EngineOptions
     from hsedit.engine.provision import resolve_model
+    from hsedit.train.drafter import data
 
     target_dir = resolve_model(target)
     model = load_drafter(drafter_dir)

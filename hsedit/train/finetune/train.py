@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hsedit.edit.prompt import ApplyPrompt, completion_for
-from hsedit.finetune.dataset import Example, load
+from hsedit.train.finetune.dataset import Example, load
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 END_OF_TURN = "<|im_end|>"
