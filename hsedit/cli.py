@@ -402,25 +402,23 @@ def _hook(mode: str, files: list[str]) -> None:
 
     from hsedit.config import hook_config
 
-    err = Console(stderr=True)
-    hook_config(Path.cwd())  # a mistake in [tool.hsedit] is one line, before anything starts
+    config = hook_config(Path.cwd())  # a mistake in [tool.hsedit] is one line, before anything starts
     if importlib.util.find_spec("vllm") is None:
         # pre-commit installs hsedit alone into its own environment; the engine lives in the one
         # `make setup` (or pip install hsedit[cpu]) made. HSEDIT_PYTHON names its interpreter.
         python = os.environ.get("HSEDIT_PYTHON")
         if not python:
-            err.print("hsedit: error: the hook needs vLLM: set HSEDIT_PYTHON to the python of an "
-                      "environment with hsedit[cpu] or hsedit[gpu] installed", style="red", soft_wrap=True)
-            raise typer.Exit(UsageError.exit_code)
+            raise UsageError("the hook needs vLLM: set HSEDIT_PYTHON to the python of an "
+                             "environment with hsedit[cpu] or hsedit[gpu] installed")
         os.execv(python, [python, "-m", "hsedit.cli", "hook", mode, *files])
     from hsedit.engine.engine import EngineOptions, shared_engine
     from hsedit.hook import run_hook
 
     status = run_hook(
-        lambda config: shared_engine(
+        lambda: shared_engine(
             EngineOptions(model=config.resolve("model", None, None), drafter=config.drafter_or_default(None))
         ),
-        files, fix=mode == "fix", root=Path.cwd(), say=lambda line: typer.echo(line),
+        config, files, fix=mode == "fix", root=Path.cwd(), say=lambda line: typer.echo(line),
     )
     raise typer.Exit(status)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hsedit.batch import FAILED, OK, BatchTask, run_batch
-from hsedit.config import ProjectConfig, hook_config
+from hsedit.config import ProjectConfig
 
 
 def instruction_for(config: ProjectConfig, path: str) -> str | None:
@@ -38,19 +38,20 @@ def hook_tasks(files: Sequence[str], config: ProjectConfig, root: Path) -> list[
 
 
 def run_hook(
-    engine_for: Callable[[ProjectConfig], object],
+    engine_for: Callable[[], object],
+    config: ProjectConfig,
     files: Sequence[str],
     *,
     fix: bool,
     root: Path,
     say: Callable[[str], None],
 ) -> int:
-    """Exit status for pre-commit: 1 when a file would change (check) or was changed (fix)."""
-    config = hook_config(root)
+    """Exit status for pre-commit: 1 when a file would change (check) or was changed (fix).
+    `config` is `config.hook_config(root)`; the engine is started only if a file matches."""
     tasks = hook_tasks(files, config, root)
     if not tasks:
         return 0
-    engine = engine_for(config)
+    engine = engine_for()
     with tempfile.TemporaryDirectory() as scratch:
         outcomes = run_batch(
             engine, tasks, Path(scratch) / "results.jsonl", write=fix,

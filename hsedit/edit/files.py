@@ -141,11 +141,11 @@ def check_writable(source: SourceFile) -> None:
         raise InputFileError(f"cannot write in {target.parent}: permission denied")
 
 
-def write_if_unchanged(source: SourceFile, text: str, *, side_file: bool = True) -> None:
+def write_if_unchanged(source: SourceFile, text: str) -> None:
     """Replace `source`'s file with `text` unless it changed since it was read.
 
-    If it changed, nothing is written and, with `side_file`, the new text is kept beside it as
-    FILE.hsedit-new so the answer is not lost either; FileChangedError says where.
+    If it changed, nothing is written and the new text is kept beside it as FILE.hsedit-new, so
+    the answer is not lost either; FileChangedError says where.
     """
     check_writable(source)
     target = source.target
@@ -154,12 +154,11 @@ def write_if_unchanged(source: SourceFile, text: str, *, side_file: bool = True)
         change = source.identity.describe_change(target) if source.identity else None
         if change is None:
             return
-        kept = ""
-        if side_file:
-            sidecar = target.with_name(target.name + ".hsedit-new")
-            atomic_write(sidecar, text)
-            kept = f"; the new version is in {sidecar}"
-        raise FileChangedError(f"{source.path} changed while the edit ran ({change}): nothing written{kept}")
+        sidecar = target.with_name(target.name + ".hsedit-new")
+        atomic_write(sidecar, text)
+        raise FileChangedError(
+            f"{source.path} changed while the edit ran ({change}): nothing written; the new version is in {sidecar}"
+        )
 
     atomic_write(target, text, before_replace=unchanged)
 
