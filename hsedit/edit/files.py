@@ -27,7 +27,8 @@ LF, CRLF = "\n", "\r\n"
 
 @dataclass(frozen=True)
 class FileIdentity:
-    """What must still hold just before a write for the file to be the one that was read."""
+    """The file as it was read. Just before a write its content and inode must still match;
+    size and mtime are kept for the record (a touch that changes nothing loses nothing)."""
 
     sha256: str
     size: int
