@@ -8,6 +8,16 @@ Files come from the held-out split of the apply model's data generator (never tr
            functions taken from elsewhere in the same module,
 - snippet: lazy-snippet merges of one small change,
 - chat:    MT-Bench first turns (copied from ../shared/data; Apache-2.0).
+
+Written by hand afterwards (this script does not make them):
+- light.jsonl: the small model left the instructed edits this script chose unchanged, so "light"
+  measured copying only. It now holds lazy-snippet updates (add a parameter, a check, an
+  abstract method; 8-22% of the file) that the model does apply, on three of the chosen files
+  and on 01_interfaces.py (the model left its update of 05_causal_conv1d.py unchanged). The
+  update of 08_async_utils.py is left unapplied by the model too, so the workload's measured
+  edit distance is the mean of three real edits and one copy.
+- mixed.jsonl: light edits and chat prompts alternating, so every batch of 4 or 16 holds half
+  of each: the hybrid's per-request choice and its batch allocation work together.
 The chosen source excerpts are written to benchmarks/files/ (Python Software Foundation
 License / the packages' own permissive licenses), so the workloads are fixed once generated.
 """

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hsedit.apply import EditJob, edit_request
-from hsedit.drafting.chain import DSPARK, HYBRID, NGRAM, NO_DRAFTER, VLLM_SUFFIX
+from hsedit.drafting.chain import DSPARK, HYBRID, NGRAM, NO_DRAFTER, VLLM_BUILTINS, VLLM_SUFFIX
 from hsedit.edit.diff import edit_distance
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import read_source
@@ -27,7 +27,7 @@ from hsedit.errors import UsageError
 from hsedit.tasks import is_edit, task_lines
 
 DEFAULT_METHODS = (NO_DRAFTER, NGRAM, DSPARK, HYBRID)
-BUILTIN_WORKLOADS = ("light", "heavy", "snippet", "chat")
+BUILTIN_WORKLOADS = ("light", "heavy", "snippet", "chat", "mixed")
 CHAT_MAX_TOKENS = 192
 
 
@@ -58,6 +58,8 @@ class Cell:
     accepted: Counter = field(default_factory=Counter)
     proposer_seconds: float = 0.0
     proposer_steps: int = 0
+    model_drafted: int = 0  # request-steps the DSpark pass ran for
+    model_skipped: int = 0  # request-steps the hybrid's cost rule skipped it
     # per drafter: [times slot k was verified, times it was accepted], k = 1, 2, ...
     positions: dict = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)
@@ -74,6 +76,12 @@ class Cell:
     @property
     def proposer_ms_per_step(self) -> float | None:
         return 1000 * self.proposer_seconds / self.proposer_steps if self.proposer_steps else None
+
+    @property
+    def model_run_share(self) -> float | None:
+        """Share of request-steps the model drafter ran for (None: the method has none)."""
+        total = self.model_drafted + self.model_skipped
+        return self.model_drafted / total if total else None
 
     def acceptance_by_position(self) -> dict[str, list[float]]:
         """Per drafter: P(slot k accepted | slots before it accepted), as verification found it."""
@@ -98,6 +106,8 @@ class BenchReport:
     methods: list[str]
     # the plain engine's one-token step time (its cost table): the yardstick for proposer time
     plain_step_ms: float | None = None
+    # per method: its engine's cost table, [(scheduled tokens, ms)], as profiled at its start
+    cost_tables: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
 
     @property
     def exact(self) -> bool:
@@ -123,6 +133,7 @@ class BenchReport:
             "repeats": self.repeats,
             "exact": self.exact,
             "plain_step_ms": _round(self.plain_step_ms),
+            "cost_tables_ms": self.cost_tables,
             "rows": [
                 {
                     "workload": c.workload,
@@ -134,10 +145,12 @@ class BenchReport:
                     "tokens_per_second": round(c.tokens_per_second, 3),
                     "ratio_to_plain": _round(self.ratio(c, NO_DRAFTER)),
                     "ratio_to_dspark": _round(self.ratio(c, DSPARK)),
+                    "ratio_to_ngram": _round(self.ratio(c, NGRAM)),
                     "tokens_per_step": round(c.tokens_per_step, 3),
                     "acceptance": {k: {"accepted": a, "drafted": d} for k, (a, d) in c.acceptance().items()},
                     "acceptance_by_position": c.acceptance_by_position(),
                     "proposer_ms_per_step": _round(c.proposer_ms_per_step),
+                    "dspark_run_share": _round(c.model_run_share),
                     "mismatches": c.mismatches,
                 }
                 for c in self.cells
@@ -153,6 +166,17 @@ def builtin_dir() -> Path:
 
 def builtin_workloads(names: Sequence[str] = BUILTIN_WORKLOADS) -> list[Workload]:
     return [Workload(name, load_tasks(builtin_dir() / f"{name}.jsonl")) for name in names]
+
+
+def chosen_workloads(tasks: Path | None, names: str | None) -> list[Workload]:
+    """Your own task file, or built-in workloads by comma-separated name (all by default)."""
+    if tasks is not None:
+        return [Workload(tasks.stem, load_tasks(tasks))]
+    wanted = [w.strip() for w in (names or ",".join(BUILTIN_WORKLOADS)).split(",") if w.strip()]
+    unknown = set(wanted) - set(BUILTIN_WORKLOADS)
+    if unknown:
+        raise UsageError(f"unknown workload {', '.join(sorted(unknown))}; choose from {', '.join(BUILTIN_WORKLOADS)}")
+    return builtin_workloads(wanted)
 
 
 def load_tasks(path: str | Path) -> list[BenchTask]:
@@ -185,7 +209,10 @@ def run_bench(
     methods = [NO_DRAFTER, *(m for m in dict.fromkeys(methods) if m != NO_DRAFTER)]
     engines: dict[str, Engine] = {}
     skipped: dict[str, str] = {}
-    for method in methods:  # start every engine before timing anything
+    # Start every engine before timing anything; vLLM's own drafters last: their n-gram code
+    # imports numba, whose llvmlite bindings break the kernel scan every later vLLM engine
+    # start runs in this process (vLLM 0.32 on CPU: "'_lib_fn_wrapper' object has no attribute 'get'").
+    for method in sorted(methods, key=lambda m: m in VLLM_BUILTINS):
         try:
             engines[method] = engine_for(method)
         except UnavailableMethod as why:
@@ -235,6 +262,10 @@ def run_bench(
         methods=methods,
         plain_step_ms=(1000 * plain.cost_table.step_time(1)
                        if (plain := engines.get(NO_DRAFTER)) is not None and plain.cost_table else None),
+        cost_tables={
+            method: [(n, round(1000 * t, 2)) for n, t in zip(e.cost_table.tokens, e.cost_table.seconds)]
+            for method, e in engines.items() if e.cost_table is not None
+        },
     )
 
 
@@ -284,6 +315,8 @@ def _run_group(engine: Engine, group: list[BenchTask], cell: Cell) -> tuple[list
         after = proposer.timings()
         cell.proposer_seconds += after.seconds - before.seconds
         cell.proposer_steps += after.calls - before.calls
+        cell.model_drafted += after.model_drafted - before.model_drafted
+        cell.model_skipped += after.model_skipped - before.model_skipped
     return [r.token_ids for r in results], [r.text for r in results]
 
 

@@ -131,7 +131,7 @@ def apply(
 
 @app.command()
 def bench(
-    tasks: Annotated[Optional[Path], typer.Option(help="Your own task file (JSON lines); default: the built-in workloads (light, heavy, snippet, chat).")] = None,
+    tasks: Annotated[Optional[Path], typer.Option(help="Your own task file (JSON lines); default: the built-in workloads (light, heavy, snippet, chat, mixed).")] = None,
     drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, ngram, vllm-ngram, vllm-suffix, dspark, hybrid; plain decoding always runs.")] = "none,ngram,dspark,hybrid",
     batch_size: Annotated[str, typer.Option(help="Comma-separated batch sizes (concurrent requests).")] = "1,4",
     workloads: Annotated[Optional[str], typer.Option(help="Built-in workloads to run (comma-separated).")] = None,
@@ -142,27 +142,15 @@ def bench(
     dspark: DsparkOption = None,
 ) -> None:
     """Compare drafting methods on the same workloads and batch sizes, side by side in one run."""
-    from hsedit.bench import (
-        BUILTIN_WORKLOADS,
-        Workload,
-        builtin_workloads,
-        engine_for_method,
-        load_tasks,
-        run_bench,
-    )
+    from hsedit.bench import chosen_workloads, engine_for_method, run_bench
+    from hsedit.config import find_pyproject, load_config
 
     err = Console(stderr=True)
+    model = load_config(find_pyproject()).resolve("model", model, None)  # the methods are the flag's
     methods = [m.strip() for m in drafters.split(",") if m.strip()]
     _check_methods(methods)
     sizes = _positive_ints(batch_size, "--batch-size")
-    if tasks is not None:
-        chosen = [Workload(tasks.stem, load_tasks(tasks))]
-    else:
-        names = [w.strip() for w in (workloads or ",".join(BUILTIN_WORKLOADS)).split(",") if w.strip()]
-        unknown = set(names) - set(BUILTIN_WORKLOADS)
-        if unknown:
-            raise UsageError(f"unknown workload {', '.join(sorted(unknown))}; choose from {', '.join(BUILTIN_WORKLOADS)}")
-        chosen = builtin_workloads(names)
+    chosen = chosen_workloads(tasks, workloads)
     report = run_bench(
         chosen, methods, sizes, repeats,
         engine_for=lambda method: engine_for_method(method, model, dspark),
@@ -214,8 +202,6 @@ def batch(
     dspark: DsparkOption = None,
 ) -> None:
     """Run every edit of a task file concurrently in one engine; resumable."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from hsedit.batch import FAILED, combined_patch, load_batch, run_batch
     from hsedit.config import find_pyproject, load_config
     from hsedit.engine.engine import EngineOptions, shared_engine
@@ -230,37 +216,13 @@ def batch(
         raise UsageError("--force only makes sense with --write")
     loaded = load_batch(tasks)
     engine = shared_engine(EngineOptions(model=model, drafter=drafter, dspark=dspark))
-    totals = {"tokens": 0, "accepted": 0, "drafted": 0, "started": time.perf_counter()}
-
-    def line() -> str:
-        elapsed = max(1e-6, time.perf_counter() - totals["started"])
-        acceptance = f"{totals['accepted']}/{totals['drafted']}" if totals["drafted"] else "–"
-        return f"{totals['tokens'] / elapsed:.1f} tok/s · accepted {acceptance}"
+    from hsedit.ui import BatchProgress
 
     show = not os.environ.get("PRE_COMMIT") and err.is_terminal
-    progress = Progress(
-        TextColumn("edits"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
-        console=err, disable=not show,
-    )
-    with progress:
-        bar = progress.add_task(line(), total=len(loaded))
-
-        def on_step(event) -> None:
-            totals["tokens"] += len(event.token_ids)
-            if event.stats.steps:
-                step = event.stats.steps[-1]
-                totals["accepted"] += step.accepted
-                totals["drafted"] += step.drafted
-            progress.update(bar, description=line())
-
-        def on_done(outcome) -> None:
-            progress.advance(bar)
-            if outcome.status == FAILED:
-                progress.console.print(f"hsedit: {outcome.path}: {outcome.error}", style="red", soft_wrap=True, highlight=False)
-
+    with BatchProgress(err, total=len(loaded), show=show) as progress:
         outcomes = run_batch(
             engine, loaded, results_file, write=write, force=force, max_batch=max_batch, max_tokens=max_tokens,
-            max_deletion=max_deletion, on_step=on_step, on_done=on_done,
+            max_deletion=max_deletion, on_step=progress.on_step, on_done=progress.on_done,
         )
     from hsedit.ui import batch_table
 
@@ -465,17 +427,13 @@ def drafter_eval(
     from hsedit.engine.provision import resolve_drafter
     from hsedit.train.drafter.data import read_prompts
     from hsedit.train.drafter.train import evaluate
-    from hsedit.train.finetune.dataset import HELDOUT, load
+    from hsedit.train.finetune.dataset import heldout_sample
 
     err = Console(stderr=True)
     missing = [str(p) for p in prompts if not p.is_file()]
     if missing:
         raise UsageError(f"no such prompt file: {missing[0]}")
-    import random
-
-    heldout = load(HELDOUT, split="eval")
-    examples = random.Random(0).sample(heldout, min(edits, len(heldout)))
-    report = evaluate(resolve_drafter(drafter, target), target, read_prompts(prompts, limit), examples,
+    report = evaluate(resolve_drafter(drafter, target), target, read_prompts(prompts, limit), heldout_sample(edits),
                       log=lambda m: err.print(m, style="dim"))
     typer.echo(json.dumps(report, indent=2))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Self
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -11,6 +12,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from hsedit.batch import FAILED
 from hsedit.drafting.chain import DSPARK, NGRAM, NO_DRAFTER, TARGET, VLLM_NGRAM, VLLM_SUFFIX
 from hsedit.engine.engine import StepEvent
 from hsedit.engine.stats import RequestStats
@@ -76,8 +78,8 @@ class LiveEdit:
 def bench_table(report) -> Table:
     step = f" · plain step {report.plain_step_ms:.0f} ms" if report.plain_step_ms else ""
     table = Table(title=f"hsedit bench · {report.repeats} round(s), methods interleaved; ratios from this run{step}")
-    columns = ("workload", "batch", "method", "tok/s", "vs plain", "vs dspark", "tok/step", "accepted/drafted",
-               "proposer ms/step", "exact")
+    columns = ("workload", "batch", "method", "tok/s", "vs plain", "vs ngram", "vs dspark", "tok/step",
+               "accepted/drafted", "proposer ms/step", "dspark runs", "exact")
     for column in columns:
         table.add_column(column, justify="left" if column in ("workload", "method", "accepted/drafted") else "right")
     for c in report.cells:
@@ -86,15 +88,16 @@ def bench_table(report) -> Table:
         if report.refused.get(c.workload):
             workload += f" ({len(report.refused[c.workload])} refused by the guard)"
         if c.skipped:
-            table.add_row(workload, str(c.batch_size), c.method, "skipped", "", "", "", escape(c.skipped), "", "")
+            table.add_row(workload, str(c.batch_size), c.method, "skipped", "", "", "", "", escape(c.skipped), "", "", "")
             continue
-        ratios = [report.ratio(c, NO_DRAFTER), report.ratio(c, DSPARK)]
+        ratios = [report.ratio(c, NO_DRAFTER), report.ratio(c, NGRAM), report.ratio(c, DSPARK)]
         acceptance = " · ".join(f"{name} {a}/{d}" for name, (a, d) in c.acceptance().items()) or "–"
         proposer = f"{c.proposer_ms_per_step:.2f}" if c.proposer_ms_per_step is not None else "–"
         table.add_row(
             workload, str(c.batch_size), c.method, f"{c.tokens_per_second:.1f}",
             *(f"{r:.2f}x" if r else "–" for r in ratios),
             f"{c.tokens_per_step:.2f}", acceptance, proposer,
+            f"{c.model_run_share:.0%}" if c.model_run_share is not None else "–",
             "yes" if not c.mismatches else f"NO ({len(c.mismatches)})",
         )
     return table
@@ -110,6 +113,48 @@ def eval_table(model: str, rows: list[dict]) -> Table:
             f"{row['parses']:.0%}", f"{row['similarity']:.3f}",
         )
     return table
+
+
+class BatchProgress:
+    """`hsedit batch`'s progress bar: edits done, and tok/s and acceptance over all of them."""
+
+    def __init__(self, console: Console, total: int, show: bool = True) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.tokens = self.accepted = self.drafted = 0
+        self.started = time.perf_counter()
+        self.progress = Progress(
+            TextColumn("edits"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description}"), console=console, disable=not show,
+        )
+        self.bar = self.progress.add_task(self._line(), total=total)
+
+    def __enter__(self) -> Self:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def on_step(self, event: StepEvent) -> None:
+        self.tokens += len(event.token_ids)
+        if event.stats.steps:
+            step = event.stats.steps[-1]
+            self.accepted += step.accepted
+            self.drafted += step.drafted
+        self.progress.update(self.bar, description=self._line())
+
+    def on_done(self, outcome) -> None:
+        self.progress.advance(self.bar)
+        if outcome.status == FAILED:
+            self.progress.console.print(
+                f"hsedit: {outcome.path}: {outcome.error}", style="red", soft_wrap=True, highlight=False
+            )
+
+    def _line(self) -> str:
+        elapsed = max(1e-6, time.perf_counter() - self.started)
+        acceptance = f"{self.accepted}/{self.drafted}" if self.drafted else "–"
+        return f"{self.tokens / elapsed:.1f} tok/s · accepted {acceptance}"
 
 
 def batch_table(outcomes, skipped: int = 0) -> Table:

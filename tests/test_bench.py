@@ -24,8 +24,12 @@ def test_the_builtin_workloads_load_from_the_repository():
     assert set(loaded) == set(BUILTIN_WORKLOADS)
     assert all(len(w.tasks) >= 4 for w in loaded.values())
     assert all(t.chat for t in loaded["chat"].tasks)
-    assert all(t.job and t.job.instruction for t in loaded["light"].tasks)
-    assert all(t.job and not t.job.instruction for t in loaded["heavy"].tasks + loaded["snippet"].tasks)
+    edits = loaded["light"].tasks + loaded["heavy"].tasks + loaded["snippet"].tasks
+    assert all(t.job and not t.job.instruction for t in edits)  # lazy-snippet merges
+    # mixed: light edits and chat prompts alternating, so any batch of 4 or 16 holds half of each
+    mixed = loaded["mixed"].tasks
+    assert [bool(t.chat) for t in mixed] == [False, True] * (len(mixed) // 2)
+    assert {t.name for t in mixed if t.job} == {t.name for t in loaded["light"].tasks}
 
 
 def test_edit_distance():

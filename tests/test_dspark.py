@@ -99,7 +99,7 @@ def test_a_tiny_random_target_and_deepspec_drafter_load_and_draft(tmp_path):
     features = torch.cat([hidden[i + 1][0] for i in drafter.config.target_layer_ids], dim=-1)
     runner = ModelDrafter(drafter)
     # The anchor (last token) has no features yet: the drafter keeps positions before it.
-    runner.observe("r", FeatureRows(features, start=0, num_tokens=10))
+    runner.observe([("r", FeatureRows(features, start=0, num_tokens=10))])
     assert runner.can_draft("r", 10)
     chains = runner.propose([("r", int(ids[0, -1]), 7)])
     chain = chains["r"]
@@ -156,8 +156,8 @@ def test_training_blocks_match_inference_drafting():
 def test_a_gap_in_features_stops_drafting_for_that_request():
     runner = ModelDrafter(random_drafter())
     size = runner.model.config.feature_size
-    runner.observe("r", FeatureRows(torch.randn(4, size), start=0, num_tokens=5))
-    runner.observe("r", FeatureRows(torch.randn(2, size), start=7, num_tokens=9))  # positions 4-6 never seen
+    runner.observe([("r", FeatureRows(torch.randn(4, size), start=0, num_tokens=5))])
+    runner.observe([("r", FeatureRows(torch.randn(2, size), start=7, num_tokens=9))])  # positions 4-6 never seen
     assert runner.propose([("r", 1, 7)]) == {}
 
 
@@ -216,3 +216,29 @@ def test_sts_repairs_overconfident_survival():
     after = ece(survival_from_logits(shown, temperatures)[:, -1], survived[:, -1])
     assert after < before / 2
     assert temperatures[0] == pytest.approx(3.0, rel=0.25)
+
+
+@pytest.mark.parametrize("projected", [False, True], ids=["features-waiting", "projected"])
+def test_a_request_after_a_prefix_cache_hit_borrows_the_shared_prefix(projected):
+    """The engine's prefix cache skips positions a new request shares with an earlier one; their
+    keys and values (or features not yet projected) come from that request, so the drafts equal
+    those made from every feature."""
+    runner = ModelDrafter(random_drafter(seed=7))
+    size = runner.model.config.feature_size
+    features = torch.randn(12, size, generator=torch.Generator().manual_seed(2))
+    tokens = np.arange(13) % 5
+    runner.observe([("first", FeatureRows(features[:9], 0, 10, tokens[:10]))])
+    if projected:
+        runner.propose([("first", int(tokens[9]), 7)])  # drafting projects what waited
+    runner.release("first")  # finished; its context stays available to borrow
+    # Same first 8 tokens: the engine computes positions 8.. only.
+    runner.observe([("second", FeatureRows(features[8:12], 8, 13, tokens))])
+    reference = ModelDrafter(runner.model)
+    reference.observe([("whole", FeatureRows(features[:12], 0, 13, tokens))])
+    mine, theirs = runner.propose([("second", 3, 7)])["second"], reference.propose([("whole", 3, 7)])["whole"]
+    assert mine.tokens == theirs.tokens and np.allclose(mine.survival, theirs.survival, atol=1e-5)
+    # A different prefix is not borrowed: that request cannot be drafted for.
+    other = tokens.copy()
+    other[2] += 1
+    runner.observe([("third", FeatureRows(features[8:12], 8, 13, other))])
+    assert runner.propose([("third", 3, 7)]) == {}

@@ -39,7 +39,7 @@ def test_every_step_is_accounted_for(copy_engine, prompts):
     emitted = [len(e.token_ids) for e in events]
     assert sum(emitted) == stats.completion_tokens == 200
     for event, step in zip(events, stats.steps):
-        assert step.emitted == len(event.token_ids) == len(event.sources) >= 1
+        assert step.emitted == tuple(event.token_ids) and len(event.sources) == len(step.emitted) >= 1
         assert 0 <= step.accepted <= step.matched <= step.drafted
         assert event.sources.count(NGRAM) == step.accepted
         assert all(s == TARGET for s in event.sources[step.accepted :])

@@ -1,6 +1,7 @@
 """Hybrid Spark's price, choice and allocation (pure tensor code), with property tests."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,15 @@ from hsedit.drafting.copy_acceptance import (
     fit_model,
     labelled_positions,
 )
-from hsedit.drafting.hybrid import HybridSelector, allocate, choose, convex_step_seconds, pad, price
+from hsedit.drafting.hybrid import (
+    HybridSelector,
+    allocate,
+    choose,
+    convex_step_seconds,
+    model_drafting_mask,
+    pad,
+    price,
+)
 
 # survival chains: non-increasing values in (0, 1]
 chain_strategy = st.lists(st.floats(0.01, 1.0), min_size=0, max_size=8).map(
@@ -228,3 +237,107 @@ def test_hybrid_choice_with_one_hot_verification_keeps_the_sampled_distribution(
     assert chi_square_p_value(plain, hybrid) > 0.001
     broken = Counter(sample_broken() if i % 2 else sample_plain() for i in range(n))
     assert chi_square_p_value(plain, broken) < 0.001
+
+
+# -- drafting cost: the price and which requests the model drafter runs for -------------------
+@settings(max_examples=60, deadline=None)
+@given(batch_strategy, st.integers(1, 8))
+def test_zero_drafting_cost_is_the_price_without_it(chains, num_requests):
+    scores = pad(chains, 8).reshape(-1)
+    assert price(linear_costs(), num_requests, scores, 0.0) == price(linear_costs(), num_requests, scores)
+
+
+def test_drafting_time_in_the_step_lowers_goodput_and_never_shrinks_the_budget():
+    scores = torch.tensor([0.9, 0.6, 0.3, 0.2, 0.1])
+    free = price(linear_costs(), 2, scores)
+    paid = price(linear_costs(), 2, scores, draft_seconds=0.04)
+    assert paid.goodput < free.goodput
+    assert paid.budget >= free.budget  # a longer step makes one more slot relatively cheaper
+
+
+def drafting_costs(fixed, per_request, n=16):
+    return torch.tensor([0.0] + [fixed + per_request * k for k in range(1, n + 1)])
+
+
+@settings(max_examples=100, deadline=None)
+@given(batch_strategy, batch_strategy, st.floats(0.0, 0.05), st.floats(0.0, 0.05))
+def test_a_more_expensive_model_drafter_runs_for_no_more_requests(copy, estimate, cheap, dear):
+    cheap, dear = sorted([cheap, dear])
+    rows = min(len(copy), len(estimate))
+    copy_survival, estimates = pad(copy[:rows], 8), pad(estimate[:rows], 8)
+    now = price(linear_costs(), rows, copy_survival.reshape(-1))
+    runs_cheap = model_drafting_mask(copy_survival, estimates, now, drafting_costs(cheap, cheap / 4))
+    runs_dear = model_drafting_mask(copy_survival, estimates, now, drafting_costs(dear, dear / 4))
+    assert int(runs_dear.sum()) <= int(runs_cheap.sum())
+
+
+def test_the_model_drafter_runs_only_where_its_chain_can_beat_the_copy_chain_and_pay_for_itself():
+    copy = pad([[0.99] * 8, [], [0.5, 0.2]], 8)  # a confident copy, no copy, a weak copy
+    estimate = pad([[0.9, 0.8, 0.6], [0.9, 0.8, 0.6], [0.9, 0.8, 0.6]], 8)
+    now = price(linear_costs(), 3, copy.reshape(-1))
+    free = model_drafting_mask(copy, estimate, now, torch.zeros(4))
+    assert free.tolist() == [False, True, True]  # never for the request whose copy chain wins
+    dear = model_drafting_mask(copy, estimate, now, drafting_costs(10.0, 1.0, 3))
+    assert dear.tolist() == [False, False, False]  # a pass dearer than anything it can earn
+
+
+def test_selector_plans_for_all_until_costs_and_estimates_exist():
+    selector = HybridSelector(max_batch_tokens=64)
+    copy = [chain(NGRAM, [1, 2, 3], [0.99, 0.98, 0.97]), None]
+    assert selector.plan_model_drafting(copy, [[0.5, 0.2], [0.5, 0.2]]) == [True, True]
+    selector.set_costs([1, 8, 16], [0.06, 0.13, 0.21])
+    selector.set_draft_costs([1, 4], [0.01, 0.02])
+    assert selector.plan_model_drafting(copy, [None, [0.5, 0.2]]) == [True, True]
+    assert selector.plan_model_drafting(copy, [[0.5, 0.2], [0.9, 0.9]]) == [False, True]
+
+
+def test_drafting_cost_follows_what_the_passes_really_take():
+    selector = HybridSelector(max_batch_tokens=64)
+    selector.set_draft_costs([1, 4, 16], [0.010, 0.016, 0.040])
+    assert selector.drafting_cost(0) == 0.0
+    assert selector.drafting_cost(1) == pytest.approx(0.010) and selector.drafting_cost(2) == pytest.approx(0.012)
+    for _ in range(50):
+        selector.record_draft_time(1, 0.020)  # the machine got busier: twice the profile
+    assert selector.drafting_cost(4) == pytest.approx(0.032, rel=0.02)
+
+
+def test_a_kink_in_the_step_costs_does_not_price_out_slots_that_pay():
+    """A CPU cost table whose slope jumps past 64 tokens: with 4 requests and 60 sure slots,
+    the best budget is all of them and the price must let them through."""
+    selector = HybridSelector(max_batch_tokens=512)
+    selector.set_costs([1, 4, 8, 16, 32, 64, 256], [0.021, 0.021, 0.0236, 0.0278, 0.0401, 0.0692, 0.4177])
+    chains = [[chain(NGRAM, list(range(15)), [0.95 - 0.001 * k for k in range(15)])] for _ in range(4)]
+    selector.select(chains)  # the first step prices on its own scores
+    kept = selector.select(chains)
+    assert selector.last_price.budget == 60 and selector.last_price.per_token < 0.9
+    assert [len(c) for c in kept] == [15, 15, 15, 15]
+
+
+def test_a_requests_copy_estimates_follow_what_its_verification_shows():
+    """The fit is for general text; a request whose copies are always kept learns to trust them
+    more, one whose copies are always cut learns to trust them less."""
+    model = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
+    f = CopyFeatures(match_len=4, num_candidates=2, candidates_agree=True, source_distance=120)
+    kept = cut = 0.0
+    for _ in range(10):
+        kept = model.adapt(kept, VerifiedChain(f, drafted=12, accepted=12))
+        cut = model.adapt(cut, VerifiedChain(f, drafted=12, accepted=0))
+    base = model.survival(f, 12)
+    assert model.survival(f, 12, 0.0) == base
+    assert all(a > b for a, b in zip(model.survival(f, 12, kept), base))
+    assert all(a < b for a, b in zip(model.survival(f, 12, cut), base))
+    assert model.adapt(0.0, VerifiedChain(f, drafted=0, accepted=0)) == 0.0  # nothing verified, nothing learnt
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch_strategy)
+def test_copy_only_steps_select_as_the_two_chain_path_does(chains):
+    """Where the DSpark pass was skipped the selector takes a shortcut; a DSpark chain that can
+    never win (survival 0) must not change what it keeps."""
+    selector = HybridSelector(max_batch_tokens=256)
+    selector.set_costs([1, 16, 64], [0.030, 0.034, 0.050])
+    copy = [[chain(NGRAM, list(range(len(c))), c)] if c else [] for c in chains]
+    hopeless = [cs + [chain(DSPARK, [999], [0.0])] for cs in copy]
+    fast = selector.select(copy)
+    full = selector.select(hopeless)
+    assert [c.tokens if c else None for c in fast] == [c.tokens if c and c.source == NGRAM else None for c in full]

@@ -23,9 +23,9 @@ def test_the_drafter_reads_the_targets_own_hidden_states(dspark_engine, prompts)
     seen = []
     original = model_drafter.observe
 
-    def recording(req_id, features):
-        seen.append(features)
-        original(req_id, features)
+    def recording(batch):
+        seen.extend(features for _, features in batch)
+        original(batch)
 
     model_drafter.observe = recording
     try:
@@ -38,13 +38,17 @@ def test_the_drafter_reads_the_targets_own_hidden_states(dspark_engine, prompts)
     for f in seen:
         for offset in range(min(len(f.rows), f.num_tokens - 1 - f.start)):
             rows.setdefault(f.start + offset, f.rows[offset].float())
-    assert sorted(rows) == list(range(len(ids) - 1))  # every position before the last, once
+    # Every position before the last, once, from the first the engine computed (its prefix cache
+    # may skip a prompt start that an earlier request shared: the drafter borrows those).
+    first = min(rows)
+    assert sorted(rows) == list(range(first, len(ids) - 1))
     target = AutoModelForCausalLM.from_pretrained(dspark_engine.model_path, dtype=torch.float32).eval()
     layer_ids = model_drafter.model.config.target_layer_ids
     with torch.no_grad():
         hidden = target(torch.tensor([ids[:-1]]), output_hidden_states=True).hidden_states
     expected = torch.cat([hidden[i + 1][0] for i in layer_ids], dim=-1)
-    got = torch.stack([rows[p] for p in range(len(ids) - 1)])
+    expected = expected[first:]
+    got = torch.stack([rows[p] for p in range(first, len(ids) - 1)])
     assert torch.allclose(got, expected, rtol=1e-3, atol=1e-3 * float(expected.abs().max()))
 
 
@@ -52,17 +56,34 @@ def test_the_drafter_reads_the_targets_own_hidden_states(dspark_engine, prompts)
 def test_model_and_hybrid_drafting_are_token_identical_to_plain(drafter, plain_engine, dspark_engine, hybrid_engine, prompts):
     engine = {"dspark": dspark_engine, "hybrid": hybrid_engine}[drafter]
     plain = [plain_engine.generate([r])[0] for r in requests_for(prompts, 120)]
-    alone = [engine.generate([r])[0] for r in requests_for(prompts, 120)]
-    together = engine.generate(requests_for(prompts, 120))
+    before = engine.proposer.timings()
+    selector = engine.proposer.planner.selector
+    if selector is not None:
+        # On 2 CPU cores the shipped drafter rarely pays for its pass, so the cost rule would
+        # skip it nearly always; priced as free, it runs wherever its chain can beat the copy
+        # chain and is skipped where the copy chain wins: both branches, in one run.
+        profiled = selector.draft_seconds
+        selector.set_draft_costs([1], [0.0])
+    try:
+        alone = [engine.generate([r])[0] for r in requests_for(prompts, 120)]
+        together = engine.generate(requests_for(prompts, 120))
+    finally:
+        if selector is not None:
+            selector.draft_seconds = profiled
     for name, p, a, t in zip(prompts, plain, alone, together):
         assert a.token_ids == p.token_ids, f"{drafter} output differs from plain on {name!r}"
         assert t.token_ids == p.token_ids, f"{drafter} batched output differs from plain on {name!r}"
     accepted = Counter()
     for result in alone + together:
         accepted.update(result.stats.accepted)
-    assert accepted[DSPARK] > 20, accepted  # the model drafter's tokens really were verified
-    if drafter == "hybrid":
-        assert accepted[NGRAM] > 20, accepted  # and the copy drafter's, on the edit
+    after = engine.proposer.timings()
+    if drafter == "dspark":
+        assert accepted[DSPARK] > 20, accepted  # the model drafter's tokens really were verified
+    else:
+        # The cost rule both skipped the DSpark pass and ran it, and both drafters' tokens were
+        # verified: exactness above holds with the skip taken and not taken.
+        assert after.model_skipped > before.model_skipped and after.model_drafted > before.model_drafted
+        assert accepted[NGRAM] > 20 and accepted[DSPARK] > 0, accepted
         edit = alone[0].stats
         assert edit.chains_kept[NGRAM] > 0 and edit.last_price is not None
 

@@ -1,5 +1,7 @@
 """Per-request drafting state across engine steps, without an engine."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,63 @@ def test_release_forgets_a_request():
 def test_unknown_drafter_is_refused():
     with pytest.raises(ValueError, match="magic"):
         DraftPlanner(drafters=("magic",))
+
+
+def test_a_request_switches_between_chains_without_losing_its_context_features():
+    """While the copy chain is confident the DSpark pass is skipped, yet the drafter's context
+    keeps up, so the first pass after the copy chain breaks drafts as if it had never stopped."""
+    import torch
+
+    from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+    from hsedit.drafting.hybrid import HybridSelector
+    from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
+    from hsedit.drafting.planner import DSPARK
+    from tests.test_dspark import random_drafter
+
+    copy_model = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
+    selector = HybridSelector(max_batch_tokens=256)
+    selector.set_costs([1, 16, 64], [0.030, 0.034, 0.050])  # verification nearly free: a CPU-like table
+    planner = DraftPlanner((NGRAM, DSPARK), model_drafter=ModelDrafter(random_drafter()), copy_model=copy_model,
+                           selector=selector)
+    selector.set_draft_costs([1, 4], [0.010, 0.016])
+    size = planner.model_drafter.model.config.feature_size
+    repeated = [5, 6, 7, 8, 9, 10, 11, 12] * 4  # copied text: the copy chain is confident
+    fresh = [20, 31, 42, 53, 64]  # never seen: no copy chain
+    features = torch.randn(64, size, generator=torch.Generator().manual_seed(0))  # [position, feature]
+    context, start = [1, 2, 3], 0  # the prefill computes features from position 0
+    ran = []
+    for token in repeated + fresh:
+        context.append(token)  # the target emitted it; its features come next step
+        rows = FeatureRows(features[start : len(context) - 1], start, len(context))
+        before = planner.model_drafted
+        planner.step([RowView("a", np.array(context), [token], 15, rows)])
+        ran.append(planner.model_drafted > before)
+        start = len(context) - 1
+    assert not all(ran[: len(repeated)]), "the pass was never skipped while copying"
+    assert ran[-1], "the pass did not come back when the copy chain broke"
+    # The drafter's context is every position before the anchor, as one pass over them gives.
+    reference = ModelDrafter(planner.model_drafter.model)
+    reference.observe([("b", FeatureRows(features[: len(context) - 1], 0, len(context)))])
+    mine = planner.model_drafter.propose([("a", context[-1], 7)])["a"]
+    theirs = reference.propose([("b", context[-1], 7)])["b"]
+    assert mine.tokens == theirs.tokens
+    assert np.allclose(mine.survival, theirs.survival, atol=1e-5)
+
+
+def test_new_requests_start_from_what_finished_requests_learnt_about_copies():
+    from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+
+    copy_model = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
+    planner = DraftPlanner(copy_model=copy_model)
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10] * 12
+    context = text[:12]
+    (draft,) = planner.step([row("a", context, [context[-1]])])
+    for _ in range(4):  # every copied token is kept: the request learns to trust its copies
+        kept = draft + [text[len(context) + len(draft)]]
+        context = context + kept
+        (draft,) = planner.step([row("a", context, kept)])
+    learnt = planner._states["a"].copy_offset
+    assert learnt > 0
+    planner.release("a")
+    planner.step([row("b", [5, 5, 5], [5])])
+    assert planner._states["b"].copy_offset == pytest.approx(0.2 * learnt)

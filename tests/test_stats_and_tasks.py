@@ -6,22 +6,27 @@ import pytest
 
 from hsedit.bench import load_tasks
 from hsedit.drafting.chain import NGRAM, TARGET, VLLM_NGRAM
-from hsedit.engine.stats import RequestStats, StepLog
+from hsedit.drafting.planner import StepRecord
+from hsedit.engine.stats import RequestStats
 from hsedit.errors import UsageError
 from hsedit.ui import status_line
 
 
+def step(source, drafted, matched, emitted):
+    return StepRecord(source, drafted, matched, tuple(range(emitted)))
+
+
 def stats_with(steps, reported=None):
     stats = RequestStats(prompt_tokens=10, plain_estimate_s=0.05, started_at=100.0)
-    for i, step in enumerate(steps):
-        stats.record(step, now=100.5 + i * 0.05)
+    for i, record in enumerate(steps):
+        stats.record(record, now=100.5 + i * 0.05)
     stats.finished_at = 100.5 + (len(steps) - 1) * 0.05
     stats.engine_reported = reported
     return stats
 
 
 def test_counts_add_up_per_source():
-    stats = stats_with([StepLog(None, 0, 0, 1), StepLog(NGRAM, 8, 5, 6, 5), StepLog(NGRAM, 4, 0, 1)])
+    stats = stats_with([step(None, 0, 0, 1), step(NGRAM, 8, 5, 6), step(NGRAM, 4, 0, 1)])
     assert stats.completion_tokens == 8
     assert stats.accepted_prediction_tokens == 5 and stats.rejected_prediction_tokens == 7
     assert stats.tokens_by_source() == {NGRAM: 5, TARGET: 3}
@@ -34,7 +39,7 @@ def test_counts_add_up_per_source():
 
 
 def test_vllm_ngram_drafts_come_from_vllms_own_count():
-    stats = stats_with([StepLog(None, 0, 0, 1), StepLog(VLLM_NGRAM, 0, 3, 4, 3)], reported=(10, 3))
+    stats = stats_with([step(None, 0, 0, 1), step(VLLM_NGRAM, 0, 3, 4)], reported=(10, 3))
     assert stats.drafted[VLLM_NGRAM] == 10 and stats.rejected_prediction_tokens == 7
 
 

@@ -24,6 +24,8 @@ import numpy as np
 from hsedit.drafting.chain import CopyFeatures
 
 MATCH_CAP = 8
+ADAPT_RATE = 0.1  # per verified position, in logits
+MAX_OFFSET = 4.0
 FEATURE_NAMES = ("bias", "log_match", "agree", "log1p_extent", "position", "first")
 
 
@@ -73,13 +75,24 @@ class CopyAcceptanceModel:
     model: str = ""  # the target it was fit for
     fit_on: str = ""  # what data
 
-    def conditional(self, features: CopyFeatures, length: int) -> np.ndarray:
-        """[length] p_k for positions 1..length."""
-        z = position_features(features, length) @ np.asarray(self.coefficients)
+    def conditional(self, features: CopyFeatures, length: int, offset: float = 0.0) -> np.ndarray:
+        """[length] p_k for positions 1..length; `offset` shifts the logit (see `adapt`)."""
+        z = position_features(features, length) @ np.asarray(self.coefficients) + offset
         return 1.0 / (1.0 + np.exp(-z))
 
-    def survival(self, features: CopyFeatures, length: int) -> list[float]:
-        return np.cumprod(self.conditional(features, length)).tolist()
+    def survival(self, features: CopyFeatures, length: int, offset: float = 0.0) -> list[float]:
+        return np.cumprod(self.conditional(features, length, offset)).tolist()
+
+    def adapt(self, offset: float, chain: VerifiedChain) -> float:
+        """One request's logit offset after one more verified copy chain: a gradient step on the
+        log-loss of its verified positions. The fit is for general text; an edit that copies a
+        file unchanged accepts more than that, a rewrite less, and a few steps of a request show
+        which it is. Verification outcomes only ever shape later steps, so output stays exact."""
+        rows, labels, _ = labelled_positions([chain])
+        if not len(labels):
+            return offset
+        predicted = 1.0 / (1.0 + np.exp(-(rows @ np.asarray(self.coefficients) + offset)))
+        return float(np.clip(offset + ADAPT_RATE * float(np.sum(labels - predicted)), -MAX_OFFSET, MAX_OFFSET))
 
     def predict_rows(self, rows: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-(rows @ np.asarray(self.coefficients))))

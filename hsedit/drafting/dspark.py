@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -48,9 +48,11 @@ class DSparkConfig:
     confidence_head_with_markov: bool = True
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
-    num_anchors: int = 32  # training: blocks sampled per sequence
     # hsedit's additions, stored under "hsedit" in config.json
     sts_temperatures: tuple[float, ...] = ()
+    # Mean survival per block position on the trainer's held-out blocks: what the hybrid expects
+    # of a request's DSpark chain before it has seen one (empty: it finds out by drafting).
+    expected_survival: tuple[float, ...] = ()
     shares_target_embeddings: bool = True
     target: str = ""
 
@@ -95,6 +97,7 @@ class DSparkConfig:
         values.update({k: v for k, v in extra.items() if k in names})
         values["target_layer_ids"] = tuple(int(i) for i in raw["target_layer_ids"])
         values["sts_temperatures"] = tuple(float(t) for t in values.get("sts_temperatures", ()))
+        values["expected_survival"] = tuple(float(a) for a in values.get("expected_survival", ()))
         values["rope_theta"] = _rope_theta(raw)
         values.setdefault("num_target_layers", max(values["target_layer_ids"]) + 1)
         if "head_dim" not in values:
@@ -106,7 +109,7 @@ class DSparkConfig:
 
     def to_dict(self) -> dict:
         own = asdict(self)
-        extra = {k: own.pop(k) for k in ("sts_temperatures", "shares_target_embeddings", "target")}
+        extra = {k: own.pop(k) for k in ("sts_temperatures", "expected_survival", "shares_target_embeddings", "target")}
         own["target_layer_ids"] = list(self.target_layer_ids)
         return {
             "architectures": [ARCHITECTURE],
@@ -195,6 +198,26 @@ class DSparkLayer(nn.Module):
         v = attn.v_proj(x).view(len(x), self.kv_heads, self.head_dim)
         return _rotate(k, cos, sin), v
 
+    def queries(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotated queries of rows x: [n, hidden] -> [n, heads, head_dim]."""
+        attn = self.self_attn
+        return _rotate(attn.q_norm(attn.q_proj(x).view(len(x), self.heads, self.head_dim)), cos, sin)
+
+    def attend(self, q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
+        """q [n_query, heads, d], k/v [n_kv, kv_heads, d] -> [n_query, heads * d]."""
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+            attn_mask=mask, enable_gqa=self.heads != self.kv_heads,
+        )  # [heads, n_query, head_dim]
+        return out.transpose(0, 1).reshape(len(q), -1)
+
+    def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """Output projection, residual and MLP for rows x [n, hidden]."""
+        x = x + self.self_attn.o_proj(attended)
+        mlp = self.mlp
+        normed = self.post_attention_layernorm(x)
+        return x + mlp.down_proj(F.silu(mlp.gate_proj(normed)) * mlp.up_proj(normed))
+
     def forward(
         self,
         x: torch.Tensor,  # [n_query, hidden] block slots
@@ -203,35 +226,80 @@ class DSparkLayer(nn.Module):
         sin: torch.Tensor,
         mask: torch.Tensor | None,  # [n_query, n_ctx + n_query] True where attention is allowed
     ) -> torch.Tensor:
-        attn = self.self_attn
         normed = self.input_layernorm(x)
-        q = attn.q_norm(attn.q_proj(normed).view(len(x), self.heads, self.head_dim))
-        q = _rotate(q, cos, sin)
+        q = self.queries(normed, cos, sin)
         k_block, v_block = self.keys_values(normed, cos, sin)
-        k = torch.cat([context_kv[0], k_block]).transpose(0, 1)  # [kv_heads, n_kv, head_dim]
-        v = torch.cat([context_kv[1], v_block]).transpose(0, 1)
-        out = F.scaled_dot_product_attention(
-            q.transpose(0, 1), k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads
-        )  # [heads, n_query, head_dim]
-        x = x + attn.o_proj(out.transpose(0, 1).reshape(len(x), -1))
-        mlp = self.mlp
-        normed = self.post_attention_layernorm(x)
-        return x + mlp.down_proj(F.silu(mlp.gate_proj(normed)) * mlp.up_proj(normed))
+        k, v = torch.cat([context_kv[0], k_block]), torch.cat([context_kv[1], v_block])
+        return self.finish(x, self.attend(q, k, v, mask))
+
+    def forward_blocks(
+        self,
+        x: torch.Tensor,  # [batch * block_size, hidden] every request's block, request-major
+        contexts: Sequence[tuple[torch.Tensor, torch.Tensor]],  # per request 2 x [n_ctx_i, kv_heads, d]
+        cos: torch.Tensor,  # [batch * block_size, head_dim]
+        sin: torch.Tensor,
+    ) -> torch.Tensor:
+        """`forward` for many requests at once: the projections and the MLP run on all rows
+        together; only attention, whose context differs per request, runs request by request."""
+        normed = self.input_layernorm(x)
+        q = self.queries(normed, cos, sin)
+        k_block, v_block = self.keys_values(normed, cos, sin)
+        length = len(x) // len(contexts)
+        attended = []
+        for i, (k_ctx, v_ctx) in enumerate(contexts):
+            rows = slice(i * length, (i + 1) * length)
+            k = torch.cat([k_ctx, k_block[rows]])
+            v = torch.cat([v_ctx, v_block[rows]])
+            attended.append(self.attend(q[rows], k, v, None))
+        return self.finish(x, torch.cat(attended))
 
 
-@dataclass
 class ContextCache:
-    """One request's projected context: per draft layer, rotated keys and values."""
+    """One request's projected context: per draft layer, rotated keys and values, in buffers
+    that grow by doubling (one copy per doubling instead of a `torch.cat` of the whole context
+    every step)."""
 
-    keys: list[torch.Tensor] = field(default_factory=list)  # per layer [n_ctx, kv_heads, head_dim]
-    values: list[torch.Tensor] = field(default_factory=list)
+    def __init__(self) -> None:
+        self._keys: list[torch.Tensor] = []  # per layer [capacity, kv_heads, head_dim]
+        self._values: list[torch.Tensor] = []
+        self._length = 0
 
     def __len__(self) -> int:
-        return len(self.keys[0]) if self.keys else 0
+        return self._length
+
+    @property
+    def keys(self) -> list[torch.Tensor]:  # per layer [n_ctx, kv_heads, head_dim]
+        return [k[: self._length] for k in self._keys]
+
+    @property
+    def values(self) -> list[torch.Tensor]:
+        return [v[: self._length] for v in self._values]
+
+    def append(self, new: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Per layer (keys, values) of the next positions, each [n, kv_heads, head_dim]."""
+        n = len(new[0][0])
+        end = self._length + n
+        if not self._keys:
+            self._keys = [torch.empty((max(end, 64), *k.shape[1:]), dtype=k.dtype, device=k.device) for k, _ in new]
+            self._values = [torch.empty_like(k) for k in self._keys]
+        elif end > len(self._keys[0]):
+            capacity = max(end, 2 * len(self._keys[0]))
+            self._keys = [_grown(k, capacity, self._length) for k in self._keys]
+            self._values = [_grown(v, capacity, self._length) for v in self._values]
+        for buffer, (k, _) in zip(self._keys, new):
+            buffer[self._length : end] = k
+        for buffer, (_, v) in zip(self._values, new):
+            buffer[self._length : end] = v
+        self._length = end
 
     def truncate(self, length: int) -> None:
-        self.keys = [k[:length] for k in self.keys]
-        self.values = [v[:length] for v in self.values]
+        self._length = min(self._length, length)
+
+
+def _grown(buffer: torch.Tensor, capacity: int, used: int) -> torch.Tensor:
+    out = buffer.new_empty((capacity, *buffer.shape[1:]))
+    out[:used] = buffer[:used]
+    return out
 
 
 @dataclass(frozen=True)
@@ -322,41 +390,68 @@ class DSparkDrafter(nn.Module):
             return
         start = len(cache)
         positions = torch.arange(start, start + len(features), device=features.device)
-        new = self.context_keys_values(self.project_context(features.to(self.fc.weight.dtype)), positions)
-        if not cache.keys:
-            cache.keys = [k for k, _ in new]
-            cache.values = [v for _, v in new]
-        else:
-            cache.keys = [torch.cat([old, k]) for old, (k, _) in zip(cache.keys, new)]
-            cache.values = [torch.cat([old, v]) for old, (_, v) in zip(cache.values, new)]
+        cache.append(self.context_keys_values(self.project_context(features.to(self.fc.weight.dtype)), positions))
+
+    def extend_contexts(self, caches: Sequence[ContextCache], features: Sequence[torch.Tensor]) -> None:
+        """`extend_context` for several requests in one pass (one projection for all rows)."""
+        if len(caches) == 1:
+            return self.extend_context(caches[0], features[0])
+        counts = [len(f) for f in features]
+        device = features[0].device
+        positions = torch.cat([torch.arange(len(c), len(c) + n, device=device) for c, n in zip(caches, counts)])
+        rows = self.project_context(torch.cat(list(features)).to(self.fc.weight.dtype))
+        new = self.context_keys_values(rows, positions)  # per layer (keys, values) of every row
+        start = 0
+        for cache, n in zip(caches, counts):
+            cache.append([(k[start : start + n], v[start : start + n]) for k, v in new])
+            start += n
+
+    def use_fast_head(self, dtype: torch.dtype | None) -> None:
+        """Draft with a copy of the LM head in `dtype` (None: the head itself). On CPUs with
+        bf16 matrix units the full-vocabulary head is most of a draft pass and bf16 reads half
+        the bytes; a draft only has to be good, not exact (the target verifies it)."""
+        self._fast_head = None if dtype is None else self.lm_head.weight.detach().to(dtype)
+
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LM head logits for drafting: [..., hidden] -> [..., vocab] float32."""
+        fast = getattr(self, "_fast_head", None)
+        if fast is None:
+            return self.lm_head(hidden).float()
+        return F.linear(hidden.to(fast.dtype), fast).float()
+
+    def greedy_chain(self, base_logits: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Markov head fed its own tokens: base logits [n, L, vocab] and anchor tokens [n]
+        -> (draft tokens [n, L], each slot's previous token [n, L]). Inference and the
+        training-time calibration both draft through here."""
+        tokens, prevs, prev = [], [], anchors
+        for k in range(self.config.block_size):
+            prevs.append(prev)
+            prev = (base_logits[:, k] + self.markov_bias(prev).float()).argmax(-1)
+            tokens.append(prev)
+        return torch.stack(tokens, dim=1), torch.stack(prevs, dim=1)
 
     @torch.inference_mode()
     def draft(self, caches: Sequence[ContextCache], anchors: Sequence[int]) -> BlockDraft:
         """Greedy block drafts for several requests; each anchor sits right after its context."""
         device = self.fc.weight.device
-        anchor_ids = torch.tensor(list(anchors), dtype=torch.long, device=device)
-        block_ids = self.block_inputs(anchor_ids)
-        offsets = torch.arange(self.config.block_size, device=device)
-        hidden = []
-        for cache, ids in zip(caches, block_ids):
-            # The anchor's position is the context length; the block attends to all of it.
-            kv = list(zip(cache.keys, cache.values))
-            hidden.append(self.run_backbone(ids, len(cache) + offsets, kv, None))
-        hidden = torch.stack(hidden)  # [batch, block_size, hidden]
-        base_logits = self.lm_head(hidden).float()  # [batch, block_size, vocab]
-        tokens, prev = [], anchor_ids
-        prevs = []
-        for k in range(self.config.block_size):
-            prevs.append(prev)
-            prev = (base_logits[:, k] + self.markov_bias(prev).float()).argmax(-1)
-            tokens.append(prev)
-        tokens_t = torch.stack(tokens, dim=1)
+        length = self.config.block_size
+        anchor_ids = torch.tensor(list(anchors), dtype=torch.long, device=device)  # [batch]
+        block_ids = self.block_inputs(anchor_ids).reshape(-1)  # [batch * L]
+        # The anchor's position is its context's length; each block attends to all of it.
+        offsets = torch.arange(length, device=device)
+        positions = (torch.tensor([len(c) for c in caches], device=device)[:, None] + offsets).reshape(-1)
+        x = self.embed_tokens(block_ids)  # [batch * L, hidden]
+        cos, sin = self.rotary(positions)
+        for i, layer in enumerate(self.layers):
+            x = layer.forward_blocks(x, [(c.keys[i], c.values[i]) for c in caches], cos, sin)
+        hidden = self.norm(x).view(len(caches), length, -1)  # [batch, L, hidden]
+        tokens, prevs = self.greedy_chain(self.draft_logits(hidden), anchor_ids)
         if self.confidence_head is None:
-            ones = torch.ones_like(tokens_t, dtype=torch.float32)
-            return BlockDraft(tokens_t, ones, ones)
-        logits = self.confidence_logits(hidden, torch.stack(prevs, dim=1)).float()
+            ones = torch.ones_like(tokens, dtype=torch.float32)
+            return BlockDraft(tokens, ones, ones)
+        logits = self.confidence_logits(hidden, prevs).float()
         confidences = torch.sigmoid(logits / self.sts_temperatures.to(logits.device))
-        return BlockDraft(tokens_t, confidences, confidences.cumprod(dim=1))
+        return BlockDraft(tokens, confidences, confidences.cumprod(dim=1))
 
     # -- training ----------------------------------------------------------------------------
     def training_blocks(

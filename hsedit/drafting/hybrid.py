@@ -3,16 +3,27 @@
 Shapes: R requests in the batch, C candidate chains per request (DSpark, copy), L slots.
 Survival scores are a_k = P(draft tokens 1..k all accepted); padding slots hold -inf.
 
-1. `price`: with R requests and K admitted draft slots, goodput is
-   Theta(K) = (R + S_K) / T(R + K), S_K the sum of the K best survival scores. One more slot
-   with survival a pays iff a > lambda = Theta(K*) * (T(R + K* + 1) - T(R + K*)), K* the best K.
-2. `choose`: per request, the chain with the larger max_l sum_{j<=l} (a_j - lambda), cut to the
-   slots with a_j > lambda; a copy chain that starts with the whole DSpark chain is kept instead.
-3. `allocate`: a global top-K over the kept slots' survival (ties: earlier position, then earlier
+1. `price`: with R requests, K admitted draft slots and D seconds of drafting this step,
+   goodput is Theta(K) = (R + S_K) / (T(R + K) + D), S_K the sum of the K best survival scores.
+   At the best K*, the price of a verified slot is the break-even of the last admitted one,
+   lambda = Theta(K* - 1) * (T(R + K*) - T(R + K* - 1)) (slot K* paid for itself, so its survival
+   clears lambda), or Theta(0) * (T(R + 1) - T(R)) when no slot pays. (The next slot's cost
+   would overshoot at a kink of T: from 64 to 256 tokens a CPU step's slope jumps, and a price
+   above 1 admits nothing.) D = 0 is the price without drafting costs.
+2. `model_drafting_mask`: the model drafter costs D(n) seconds for n requests, the copy drafter
+   nearly nothing. A request's advantage is what its DSpark chain is expected to add over its
+   copy chain, in verified tokens net of the price: max(0, u(DSpark estimate) - u(copy)) with
+   u(a) = max_l sum_{j<=l} (a_j - lambda). Those D(n) seconds would earn Theta * D(n) tokens at
+   the current goodput, so DSpark runs for the n requests with the largest advantages that
+   maximise sum(advantages) - Theta * D(n): none when even the best cannot pay for the pass.
+3. `choose`: per request, the chain with the larger u, cut to the slots with a_j > lambda;
+   a copy chain that starts with the whole DSpark chain is kept instead.
+4. `allocate`: a global top-K over the kept slots' survival (ties: earlier position, then earlier
    request), so each request's admitted slots form a prefix and at most K are verified.
 
 Admission of slot k depends on a_k (made before x_k is known to the target) and never on the
-target's own numbers, so verification stays exact (one-hot verification of every chain).
+target's own numbers, so verification stays exact (one-hot verification of every chain); which
+drafters run only changes which chains exist, never what the target emits.
 """
 
 from __future__ import annotations
@@ -30,27 +41,56 @@ NEG_INF = float("-inf")
 class Price:
     per_token: float  # lambda: survival a slot needs to be worth verifying
     budget: int  # K*: draft slots the batch should verify
+    goodput: float = 0.0  # Theta(K*): tokens per second at that budget
 
 
 def price(
     step_seconds: torch.Tensor,  # [max_tokens + 1] T(B) for B = 0..max_tokens scheduled tokens
     num_requests: int,
     scores: torch.Tensor,  # [N] survival of candidate slots (any order; -inf = none)
+    draft_seconds: float = 0.0,  # D: drafting time of this step, paid whatever K is
 ) -> Price:
     if num_requests <= 0:
         return Price(0.0, 0)
     finite = scores[torch.isfinite(scores)]
     ordered = torch.sort(finite, descending=True).values  # [N']
     max_k = min(len(ordered), len(step_seconds) - 2 - num_requests)
-    if max_k <= 0:
+    if max_k < 0:  # not even one more token fits in a step
         return Price(float("inf"), 0)
     gained = torch.cat([ordered.new_zeros(1), torch.cumsum(ordered[:max_k], 0)])  # [max_k + 1] S_K
     k = torch.arange(max_k + 1)
-    times = step_seconds[num_requests + k]  # [max_k + 1] T(R + K)
+    times = step_seconds[num_requests + k] + draft_seconds  # [max_k + 1] T(R + K) + D
     goodput = (num_requests + gained) / times
     best = int(torch.argmax(goodput))  # first maximum: the smallest K that earns it
-    marginal = float(step_seconds[num_requests + best + 1] - step_seconds[num_requests + best])
-    return Price(float(goodput[best]) * marginal, best)
+    if best == 0:  # what the first slot would have to earn
+        per_token = float(goodput[0]) * float(step_seconds[num_requests + 1] - step_seconds[num_requests])
+    else:  # the break-even of the last admitted slot: every admitted slot clears it
+        per_token = float(goodput[best - 1]) * float(times[best] - times[best - 1])
+    return Price(per_token, best, float(goodput[best]))
+
+
+def utility(survival: torch.Tensor, lam: float) -> torch.Tensor:
+    """u = max_l sum_{j<=l} (a_j - lambda): expected verified tokens of a chain's best prefix,
+    net of the price; survival [..., L] (-inf padding) -> [...]."""
+    gain = torch.where(torch.isfinite(survival), survival - lam, torch.zeros_like(survival))
+    return torch.cat([torch.zeros_like(gain[..., :1]), torch.cumsum(gain, dim=-1)], dim=-1).amax(dim=-1)
+
+
+def model_drafting_mask(
+    copy_survival: torch.Tensor,  # [R, L] each request's copy chain (-inf where none)
+    model_estimate: torch.Tensor,  # [R, L] expected survival of its DSpark chain (-inf where none)
+    price_now: Price,
+    draft_seconds: torch.Tensor,  # [R + 1] D(n) for n = 0..R, D(0) = 0
+) -> torch.Tensor:
+    """Which requests the model drafter should run for this step [R] (bool)."""
+    advantage = torch.clamp(utility(model_estimate, price_now.per_token) - utility(copy_survival, price_now.per_token), min=0)
+    order = torch.sort(advantage, descending=True, stable=True).indices  # [R]
+    gained = torch.cat([advantage.new_zeros(1), torch.cumsum(advantage[order], 0)])  # [R + 1]
+    net = gained - price_now.goodput * draft_seconds[: len(gained)].to(gained.dtype)
+    runs = int(torch.argmax(net))  # first maximum: the fewest requests that earn it
+    mask = torch.zeros(len(advantage), dtype=torch.bool)
+    mask[order[:runs]] = True
+    return mask & (advantage > 0)
 
 
 def choose(
@@ -59,11 +99,9 @@ def choose(
     prefer: torch.Tensor | None = None,  # [R] chain index forced by the prefix rule, -1 = none
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per request: (chosen chain [R], kept length [R]); kept length 0 means no draft."""
-    gain = torch.where(torch.isfinite(survival), survival - lam, torch.zeros_like(survival))
     worth = (survival > lam).sum(dim=-1)  # [R, C] slots above the price: a prefix (survival decreases)
-    utility = torch.cat([torch.zeros_like(gain[..., :1]), torch.cumsum(gain, dim=-1)], dim=-1).amax(dim=-1)
     # Ties go to the lower chain index (callers put the copy chain first: it costs nothing to draft).
-    chosen = torch.argmax(utility, dim=-1)  # [R]
+    chosen = torch.argmax(utility(survival, lam), dim=-1)  # [R]
     if prefer is not None:
         chosen = torch.where(prefer >= 0, prefer, chosen)
     kept = worth.gather(1, chosen[:, None]).squeeze(1)
@@ -123,50 +161,107 @@ def pad(rows: list[list[float]], length: int) -> torch.Tensor:
     return out
 
 
+def linear_seconds(counts: list[int], seconds: list[float], max_count: int) -> torch.Tensor:
+    """D(n) for n = 0..max_count from timings at a few n: D(0) = 0, linear between the measured
+    points (a pass has a fixed part, so D(1) is well above D(0)), the last slope continued."""
+    xs = torch.tensor([0.0, *counts], dtype=torch.float64)
+    ys = torch.tensor([0.0, *seconds], dtype=torch.float64)
+    n = torch.arange(max_count + 1, dtype=torch.float64)
+    segment = torch.clamp(torch.searchsorted(xs, n, right=True) - 1, 0, len(xs) - 2)
+    slope = torch.clamp((ys[segment + 1] - ys[segment]) / (xs[segment + 1] - xs[segment]), min=0.0)
+    return (ys[segment] + slope * (n - xs[segment])).float()
+
+
 class HybridSelector:
-    """Keeps one chain per request each step: the price, the choice, the batch allocation."""
+    """Keeps one chain per request each step: the price, the choice, the batch allocation, and
+    which requests the model drafter should run for."""
 
     def __init__(self, max_batch_tokens: int = 8192, device: str | torch.device = "cpu") -> None:
         self.max_batch_tokens = max_batch_tokens
         self.device = torch.device(device)  # where the choice and allocation run
         self.step_seconds: torch.Tensor | None = None  # [max_batch_tokens + 1], once profiled
+        self.draft_seconds: torch.Tensor | None = None  # [max_requests + 1] D(n), once profiled
+        self.draft_scale = 1.0  # running ratio of seen to profiled drafting time
         self.last_price: Price | None = None
-        self._stale_scores: torch.Tensor | None = None  # last step's best candidate survival
 
     def set_costs(self, tokens: list[int], seconds: list[float]) -> None:
         """Measured step times (the engine's cost table) -> T(B) for every B."""
         self.step_seconds = convex_step_seconds(tokens, seconds, self.max_batch_tokens)
 
-    def select(self, candidates: list[list[DraftChain]]) -> list[DraftChain | None]:
+    def set_draft_costs(self, counts: list[int], seconds: list[float]) -> None:
+        """Measured model-drafter passes (n requests, seconds) -> D(n) for every n."""
+        self.draft_seconds = linear_seconds(counts, seconds, self.max_batch_tokens)
+
+    def record_draft_time(self, count: int, seconds: float) -> None:
+        """A pass seen while serving: the profile is scaled by a running ratio, so D(n) follows
+        the machine (other load, a longer context) without re-profiling."""
+        if self.draft_seconds is not None and self.draft_seconds[count] > 0:
+            self.draft_scale = 0.9 * self.draft_scale + 0.1 * seconds / float(self.draft_seconds[count])
+
+    def drafting_cost(self, count: int) -> float:
+        return 0.0 if self.draft_seconds is None or count <= 0 else self.draft_scale * float(self.draft_seconds[count])
+
+    def plan_model_drafting(
+        self, copy: list[DraftChain | None], estimates: list[list[float] | None]
+    ) -> list[bool]:
+        """Per request of the batch: run the model drafter for it this step? Weighed at the
+        price and goodput of this step without it (its copy chains only). Until the costs are
+        profiled and every request has an estimate: run for all."""
+        known = self.step_seconds is not None and self.draft_seconds is not None
+        if not known or not copy or any(e is None for e in estimates):
+            return [True] * len(copy)
+        # Upper bound first (no tensors): no advantage exceeds an estimate's sum and goodput is at
+        # least R / T(R), so if all estimates together cannot pay for one pass, none can.
+        num_requests = min(len(copy), len(self.step_seconds) - 1)
+        least_goodput = num_requests / float(self.step_seconds[num_requests])
+        if sum(sum(e) for e in estimates) <= least_goodput * self.drafting_cost(1):
+            return [False] * len(copy)
+        length = max([len(c) for c in copy if c is not None] + [len(e) for e in estimates] + [1])
+        copy_survival = pad([_survival(c) for c in copy], length)  # [R, L]
+        without = price(self.step_seconds, len(copy), copy_survival.reshape(-1))
+        mask = model_drafting_mask(
+            copy_survival, pad(estimates, length), without, self.draft_scale * self.draft_seconds[: len(copy) + 1]
+        )
+        return mask.tolist()
+
+    def select(self, candidates: list[list[DraftChain]], drafted_for: int = 0) -> list[DraftChain | None]:
+        """One chain (or none) per request; `drafted_for` requests had a model-drafter pass."""
         if not candidates:
             return []
         copy = [_by_source(chains, NGRAM) for chains in candidates]
         neural = [_by_source(chains, DSPARK) for chains in candidates]
         length = max([len(c) for chains in candidates for c in chains] or [1])
-        survival = torch.stack(  # [R, 2, L]: the copy chain first, so ties go to it
-            [pad([_survival(c) for c in copy], length), pad([_survival(c) for c in neural], length)], dim=1
-        ).to(self.device)
-        prefer = torch.tensor(
-            [0 if c is not None and n is not None and c.tokens[: len(n)] == n.tokens else -1
-             for c, n in zip(copy, neural)],
-            device=self.device,
-        )
-        best_slots = survival.amax(dim=1).cpu()  # [R, L]
-        stale = self._stale_scores if self._stale_scores is not None else best_slots.reshape(-1)
-        self._stale_scores = best_slots.reshape(-1)
+        copy_survival = pad([_survival(c) for c in copy], length)  # [R, L]
+        if any(n is not None for n in neural):
+            survival = torch.stack([copy_survival, pad([_survival(n) for n in neural], length)], dim=1)
+            best_slots = survival.amax(dim=1)  # [R, L]
+        else:  # copy chains only (the DSpark pass was skipped): nothing to choose between
+            survival, best_slots = None, copy_survival
+        # The price is sized on this step's own candidates: their survival is fixed before the
+        # target sees any draft token, and vLLM verifies every chain one-hot, so exactness holds.
         if self.step_seconds is None:
-            current = Price(0.0, survival.shape[0] * length)
+            current = Price(0.0, len(candidates) * length)
         else:
-            current = price(self.step_seconds, len(candidates), stale)
+            current = price(self.step_seconds, len(candidates), best_slots.reshape(-1), self.drafting_cost(drafted_for))
         self.last_price = current
         choose_op, allocate_op = _operations(self.device)
-        chosen, kept = choose_op(survival, current.per_token, prefer)
-        rows = torch.arange(len(candidates), device=self.device)
-        kept_scores = survival[rows, chosen]  # [R, L]
         slots = torch.arange(length, device=self.device)
+        if survival is None:
+            chosen = [0] * len(candidates)
+            kept_scores = copy_survival.to(self.device)
+            kept = (kept_scores > current.per_token).sum(dim=-1)  # [R] a prefix: survival decreases
+        else:
+            survival = survival.to(self.device)  # [R, 2, L]: the copy chain first, so ties go to it
+            prefer = torch.tensor(
+                [0 if c is not None and n is not None and c.tokens[: len(n)] == n.tokens else -1
+                 for c, n in zip(copy, neural)],
+                device=self.device,
+            )
+            chosen_t, kept = choose_op(survival, current.per_token, prefer)
+            kept_scores = survival[torch.arange(len(candidates), device=self.device), chosen_t]  # [R, L]
+            chosen = chosen_t.tolist()
         kept_scores = torch.where(slots[None, :] < kept[:, None], kept_scores, NEG_INF)
         admitted = allocate_op(kept_scores, current.budget).tolist()
-        chosen = chosen.tolist()
         out: list[DraftChain | None] = []
         for i, n in enumerate(admitted):
             chain = (copy[i], neural[i])[chosen[i]]

@@ -5,7 +5,9 @@ whole context so far, and the tokens the target just emitted for it. The planner
 
 1. books the verification of last step's chain (how many draft tokens the target kept),
 2. brings each drafter's per-request state up to date with the new tokens,
-3. asks every drafter for a chain and lets the selector keep one per request.
+3. asks every drafter for a chain and lets the selector keep one per request. With the hybrid
+   selector, the model drafter runs only for the requests where the selector expects its chain
+   to pay for its cost (`hybrid.model_drafting_mask`); its features stay current for all.
 
 State is keyed by request id, never by batch row: engines reuse and compact rows.
 """
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hsedit.drafting.chain import DSPARK, NGRAM, PROBE, TARGET, CopyFeatures, DraftChain
-from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+from hsedit.drafting.copy_acceptance import CopyAcceptanceModel, VerifiedChain
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
 from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, CopyIndex
@@ -39,18 +41,31 @@ class RowView:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One engine step of one request: what was verified and what came out."""
+    """One engine step of one request: which chain was verified, how much of it the target
+    kept, and the tokens that came out. The one record of a step: the planner writes it, the
+    engine trims `emitted` to what reached the output (a stop string or max_tokens can cut a
+    step short), and the stats, their JSON, the benchmark and calibration read it."""
 
     source: str | None  # drafter whose chain was verified, None if there was none
     drafted: int
-    accepted: int
+    matched: int  # draft tokens the verification agreed with (vLLM's count)
     emitted: tuple[int, ...]  # accepted draft tokens, then the target's own token
     # The proposal's copy features with the verification outcome: calibration data.
     copy_features: CopyFeatures | None = None
     price: float | None = None  # the hybrid selector's price per verified token that step
 
+    @property
+    def accepted(self) -> int:
+        """Accepted draft tokens among the emitted ones (all of `matched` unless cut short)."""
+        return min(self.matched, len(self.emitted))
+
     def token_sources(self) -> list[str]:
         return [self.source or TARGET] * self.accepted + [TARGET] * (len(self.emitted) - self.accepted)
+
+
+# A request the model drafter skipped moves its DSpark estimate this far towards the batch's
+# running mean each step, so a low estimate is retried once the mean says it may pay again.
+ESTIMATE_DRIFT = 0.25
 
 
 @dataclass
@@ -59,6 +74,8 @@ class _RequestState:
     pending: DraftChain | None = None
     pending_price: float | None = None
     records: list[StepRecord] = field(default_factory=list)
+    model_estimate: list[float] | None = None  # expected survival of its next DSpark chain
+    copy_offset: float = 0.0  # this request's logit shift of the copy acceptance model
 
 
 class DraftPlanner:
@@ -87,20 +104,36 @@ class DraftPlanner:
         self.max_draft = max_draft
         self.min_match = min_match
         self._states: OrderedDict[str, _RequestState] = OrderedDict()
+        # Running mean survival of DSpark chains, starting from what the drafter's trainer measured.
+        self._model_mean: np.ndarray | None = None
+        if model_drafter is not None and model_drafter.model.config.expected_survival:
+            prior = np.zeros(model_drafter.block_size)
+            expected = model_drafter.model.config.expected_survival[: model_drafter.block_size]
+            prior[: len(expected)] = expected
+            self._model_mean = prior
+        # New requests start from the offsets finished requests learnt: an engine that serves edits
+        # trusts copies from the first step, one that serves chat does not.
+        self._copy_offset_mean = 0.0
+        self.model_drafted = 0  # request-steps the model drafter ran for (the rest it skipped)
+        self.model_skipped = 0
         # When set, every request gets this many filler draft tokens: a real verification of a
         # known size, used to profile the engine's cost table.
         self.probe_length: int | None = None
 
     # -- engine-facing -------------------------------------------------------------------
     def step(self, rows: Sequence[RowView]) -> list[list[int]]:
+        if self.model_drafter is not None:
+            self.model_drafter.observe([(row.req_id, row.features) for row in rows if row.features is not None])
         live: list[tuple[int, RowView, _RequestState]] = []
         for i, row in enumerate(rows):
-            if self.model_drafter is not None and row.features is not None:
-                self.model_drafter.observe(row.req_id, row.features)
             if not row.sampled:  # a prefill chunk that emitted nothing yet
                 continue
             state = self._state_for(row.req_id)
-            state.records.append(_verification_record(state.pending, row.sampled, state.pending_price))
+            record = _verification_record(state.pending, row.sampled, state.pending_price)
+            state.records.append(record)
+            if record.copy_features is not None and self.copy_model is not None:
+                verified = VerifiedChain(record.copy_features, record.drafted, record.matched)
+                state.copy_offset = self.copy_model.adapt(state.copy_offset, verified)
             _sync_index(state.index, row.context)
             live.append((i, row, state))
         candidates = self._propose([(row, state) for _, row, state in live])
@@ -121,8 +154,17 @@ class DraftPlanner:
         records, state.records = state.records, []
         return records
 
+    def prepare(self, max_requests: int) -> None:
+        """Once the model drafter sits on its device: time it for the selector's drafting cost."""
+        if self.model_drafter is not None:
+            counts, seconds = self.model_drafter.prepare(max_requests)
+            if self.selector is not None:
+                self.selector.set_draft_costs(counts, seconds)
+
     def release(self, req_id: str) -> None:
-        self._states.pop(req_id, None)
+        state = self._states.pop(req_id, None)
+        if state is not None and state.copy_offset:
+            self._copy_offset_mean = 0.8 * self._copy_offset_mean + 0.2 * state.copy_offset
         if self.model_drafter is not None:
             self.model_drafter.release(req_id)
 
@@ -135,35 +177,78 @@ class DraftPlanner:
                 [DraftChain(PROBE, [int(row.context[-1])] * min(self.probe_length, limit))]
                 for (row, _), limit in zip(live, limits)
             ]
-        neural: dict[str, DraftChain] = {}
-        if DSPARK in self.drafters:
-            neural = self.model_drafter.propose(
-                [(row.req_id, int(row.context[-1]), limit) for (row, _), limit in zip(live, limits)]
-            )
-        candidates = []
-        for (row, state), limit in zip(live, limits):
-            chains = []
-            if NGRAM in self.drafters:
-                chain = state.index.propose(limit)
-                if chain is not None and chain.tokens:
-                    if self.copy_model is not None:
-                        chain.survival = self.copy_model.survival(chain.copy_features, len(chain))
-                    chains.append(chain)
-            if row.req_id in neural:
-                chains.append(neural[row.req_id])
-            candidates.append(chains)
-        return candidates
+        copy = [self._copy_chain(state, limit) for (_, state), limit in zip(live, limits)]
+        neural = self._model_chains(live, limits, copy) if DSPARK in self.drafters else {}
+        return [
+            [c for c in (chain, neural.get(row.req_id)) if c is not None]
+            for (row, _), chain in zip(live, copy)
+        ]
+
+    def _copy_chain(self, state: _RequestState, limit: int) -> DraftChain | None:
+        if NGRAM not in self.drafters:
+            return None
+        chain = state.index.propose(limit)
+        if chain is None or not chain.tokens:
+            return None
+        if self.copy_model is not None:
+            chain.survival = self.copy_model.survival(chain.copy_features, len(chain), state.copy_offset)
+        return chain
+
+    def _model_chains(
+        self,
+        live: Sequence[tuple[RowView, _RequestState]],
+        limits: Sequence[int],
+        copy: Sequence[DraftChain | None],
+    ) -> dict[str, DraftChain]:
+        """DSpark chains, for the requests where the selector expects them to pay (all without one)."""
+        runs = [limit > 0 for limit in limits]
+        if self.selector is not None:
+            planned = self.selector.plan_model_drafting(list(copy), [self._model_estimate(state) for _, state in live])
+            runs = [run and plan for run, plan in zip(runs, planned)]
+            for (_, state), run in zip(live, runs):
+                if not run:
+                    self._drift_model_estimate(state)
+        wanted = [i for i, run in enumerate(runs) if run]
+        chains = self.model_drafter.propose([(live[i][0].req_id, int(live[i][0].context[-1]), limits[i]) for i in wanted])
+        if chains and self.selector is not None:
+            self.selector.record_draft_time(len(chains), self.model_drafter.last_pass_seconds)
+        self.model_drafted += len(chains)
+        self.model_skipped += len(live) - len(chains)
+        for i in wanted:
+            row, state = live[i]
+            if row.req_id in chains:
+                self._learn_model_estimate(state, chains[row.req_id])
+        return chains
+
+    def _model_estimate(self, state: _RequestState) -> list[float] | None:
+        """What the request's next DSpark chain is expected to survive: its last one (drifted
+        towards the mean while skipped); the running mean for a request never drafted for."""
+        if state.model_estimate is not None:
+            return state.model_estimate
+        return None if self._model_mean is None else self._model_mean.tolist()
+
+    def _drift_model_estimate(self, state: _RequestState) -> None:
+        if state.model_estimate is not None and self._model_mean is not None:
+            estimate = (1 - ESTIMATE_DRIFT) * np.asarray(state.model_estimate) + ESTIMATE_DRIFT * self._model_mean
+            state.model_estimate = estimate.tolist()
+
+    def _learn_model_estimate(self, state: _RequestState, chain: DraftChain) -> None:
+        full = np.zeros(self.model_drafter.block_size)
+        full[: len(chain.survival)] = chain.survival
+        state.model_estimate = full.tolist()
+        self._model_mean = full if self._model_mean is None else 0.9 * self._model_mean + 0.1 * full
 
     def _select(self, candidates: list[list[DraftChain]]) -> list[DraftChain | None]:
         if self.selector is not None and self.probe_length is None:
-            return self.selector.select(candidates)
+            drafted_for = sum(1 for chains in candidates if any(c.source == DSPARK for c in chains))
+            return self.selector.select(candidates, drafted_for)
         # A single drafter (or a probe) proposes at most one chain per request.
         return [max(chains, key=len) if chains else None for chains in candidates]
 
     def _state_for(self, req_id: str) -> _RequestState:
         state = self._states.get(req_id)
         if state is None:
-            state = self._states[req_id] = _RequestState(CopyIndex(self.min_match))
+            state = self._states[req_id] = _RequestState(CopyIndex(self.min_match), copy_offset=self._copy_offset_mean)
             while len(self._states) > MAX_TRACKED_REQUESTS:
                 self._states.popitem(last=False)
         else:
@@ -174,7 +259,7 @@ class DraftPlanner:
 def _verification_record(chain: DraftChain | None, sampled: Sequence[int], price: float | None) -> StepRecord:
     emitted = tuple(int(t) for t in sampled)
     if chain is None:
-        return StepRecord(source=None, drafted=0, accepted=0, emitted=emitted, price=price)
+        return StepRecord(source=None, drafted=0, matched=0, emitted=emitted, price=price)
     accepted = 0
     for draft_token, token in zip(chain.tokens, emitted[:-1]):
         if draft_token != token:

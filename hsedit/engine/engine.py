@@ -25,7 +25,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +45,12 @@ from hsedit.drafting.planner import StepRecord
 from hsedit.engine import vllm_proposer
 from hsedit.engine.costs import CostTable
 from hsedit.engine.provision import resolve_copy_model, resolve_drafter, resolve_model
-from hsedit.engine.stats import RequestStats, StepLog
+from hsedit.engine.stats import RequestStats
 from hsedit.errors import ModelError
 
 # (concurrent requests, filler drafts each) profiled at start: 1 to 256 scheduled tokens.
 PROFILE_SHAPES = ((1, 0), (1, 3), (1, 7), (1, 15), (4, 7), (4, 15), (16, 15))
+PROFILE_PASSES = 2
 
 
 @dataclass(frozen=True)
@@ -168,9 +169,8 @@ class Engine:
             if DSPARK in drafters:
                 dspark_path = resolve_drafter(options.dspark, options.model)
                 proposer_options["dspark_path"] = dspark_path
-                # The drafter needs hidden states of every context position, which a prefix-cache
-                # hit would skip computing.
-                kwargs["enable_prefix_caching"] = False
+                # Prefix caching stays on: positions a cache hit skips are borrowed from the
+                # request that shared them (model_drafter.ModelDrafter._borrow).
                 if drafters == (DSPARK,):
                     block = json.loads((Path(dspark_path) / "config.json").read_text())["block_size"]
                     num_speculative_tokens = min(num_speculative_tokens, int(block))
@@ -216,7 +216,9 @@ class Engine:
         limit = self.proposer.max_draft if self.proposer else 0
         shapes = [(n, k) for n, k in PROFILE_SHAPES if k <= limit]
         samples: dict[int, float] = {}
-        for n, k in shapes:
+        # Two passes, the faster median kept: noise only ever adds time, and the hybrid's price
+        # depends on the table's shape for the engine's whole life.
+        for n, k in shapes * PROFILE_PASSES:
             with self.proposer.probe(k) if self.proposer else nullcontext():
                 times = []
                 last = None
@@ -229,7 +231,8 @@ class Engine:
                         times.append(now - last)
                     last = now
                 if times:  # a filler the target happens to accept can end the run in one step
-                    samples[n * (1 + k)] = statistics.median(times[1:] or times)
+                    median = statistics.median(times[1:] or times)
+                    samples[n * (1 + k)] = min(median, samples.get(n * (1 + k), median))
         return CostTable.from_samples(samples)
 
     # -- running ---------------------------------------------------------------------------
@@ -358,8 +361,9 @@ class Engine:
     def _event(self, item: _Tracked, output: Any, now: float) -> StepEvent:
         completion = output.outputs[0]
         new_ids = [int(t) for t in completion.token_ids]
-        log, sources = self._attribute(item, completion, len(new_ids))
-        item.stats.record(log, now)
+        step = self._attribute(item, completion, new_ids)
+        sources = step.token_sources()
+        item.stats.record(step, now)
         pieces: list[tuple[str, str]] = []
         for source, run in itertools.groupby(zip(new_ids, sources), key=lambda pair: pair[1]):
             text = item.text.push([token for token, _ in run])
@@ -375,27 +379,18 @@ class Engine:
                 pieces.append((tail, sources[-1] if sources else TARGET))
         return StepEvent(item.index, new_ids, sources, pieces, completion.text, output.finished, item.stats)
 
-    def _attribute(self, item: _Tracked, completion: Any, emitted: int) -> tuple[StepLog, list[str]]:
-        """Match this output to the proposer's record of the same step."""
+    def _attribute(self, item: _Tracked, completion: Any, new_ids: list[int]) -> StepRecord:
+        """The proposer's record of this step, trimmed to the tokens that reached the output."""
+        emitted = tuple(new_ids)
         if self.proposer is not None:
             item.records.extend(self.proposer.records_for(item.internal_id))
             if item.records:
-                record: StepRecord = item.records.popleft()
-                accepted = min(record.accepted, emitted)
-                sources = record.token_sources()[:emitted]
-                sources += [TARGET] * (emitted - len(sources))
-                log = StepLog(
-                    record.source, record.drafted, accepted, emitted, record.accepted,
-                    record.copy_features, record.price,
-                )
-                return log, sources
-        if self.options.drafter in VLLM_BUILTINS and emitted > 1:
+                return replace(item.records.popleft(), emitted=emitted)
+        if self.options.drafter in VLLM_BUILTINS and len(emitted) > 1:
             # vLLM's own drafters: every emitted token but the last was an accepted draft.
             # How many they drafted is known only at the end (RequestStats.engine_reported).
-            drafter = self.options.drafter
-            sources = [drafter] * (emitted - 1) + [TARGET]
-            return StepLog(drafter, 0, emitted - 1, emitted, emitted - 1), sources
-        return StepLog(None, 0, 0, emitted), [TARGET] * emitted
+            return StepRecord(self.options.drafter, 0, len(emitted) - 1, emitted)
+        return StepRecord(None, 0, 0, emitted)
 
 
 _shared_engines: dict[EngineOptions, Engine] = {}

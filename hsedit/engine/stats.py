@@ -5,28 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from hsedit.drafting.chain import TARGET, VLLM_BUILTINS, CopyFeatures
-
-
-@dataclass(frozen=True)
-class StepLog:
-    """One engine step of one request, as seen in its output."""
-
-    source: str | None  # drafter whose chain was verified; None: no draft this step
-    drafted: int
-    accepted: int  # accepted draft tokens that reached the output
-    emitted: int  # tokens that reached the output (accepted drafts + target tokens)
-    # Draft tokens the verification agreed with, as vLLM counts them: more than `accepted`
-    # only on a last step cut short by max_tokens or a stop string.
-    matched: int = 0
-    copy_features: CopyFeatures | None = None  # of a copy chain: calibration data
-    price: float | None = None  # the hybrid selector's price per verified token
+from hsedit.drafting.chain import TARGET, VLLM_BUILTINS
+from hsedit.drafting.planner import StepRecord
 
 
 @dataclass
 class RequestStats:
     prompt_tokens: int = 0
-    steps: list[StepLog] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
     started_at: float = 0.0
     first_token_at: float | None = None
     finished_at: float | None = None
@@ -36,14 +22,14 @@ class RequestStats:
     # vLLM's own count of (verified draft tokens, accepted draft tokens), set when finished.
     engine_reported: tuple[int, int] | None = None
 
-    def record(self, log: StepLog, now: float) -> None:
-        if self.first_token_at is None and log.emitted:
+    def record(self, step: StepRecord, now: float) -> None:
+        if self.first_token_at is None and step.emitted:
             self.first_token_at = now
-        self.steps.append(log)
+        self.steps.append(step)
 
     @property
     def completion_tokens(self) -> int:
-        return sum(s.emitted for s in self.steps)
+        return sum(len(s.emitted) for s in self.steps)
 
     @property
     def drafted(self) -> Counter[str]:
@@ -98,7 +84,7 @@ class RequestStats:
         if self.plain_estimate_s is None or self.first_token_at is None or end is None:
             return None
         decode_s = end - self.first_token_at
-        decoded = self.completion_tokens - self.steps[0].emitted if self.steps else 0
+        decoded = self.completion_tokens - len(self.steps[0].emitted) if self.steps else 0
         if decode_s <= 0 or decoded <= 0:
             return None
         return decoded * self.plain_estimate_s / decode_s
@@ -149,7 +135,7 @@ class RequestStats:
         for s in self.steps:
             if s.accepted:
                 out[s.source or TARGET] += s.accepted
-            out[TARGET] += s.emitted - s.accepted
+            out[TARGET] += len(s.emitted) - s.accepted
         return out
 
 

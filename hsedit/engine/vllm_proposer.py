@@ -69,6 +69,8 @@ def handoff(**options: Any) -> Iterator[_Handoff]:
 class ProposerTimings:
     seconds: float  # spent drafting, in total
     calls: int  # engine steps drafted for
+    model_drafted: int = 0  # request-steps the model drafter ran for
+    model_skipped: int = 0  # request-steps it was skipped (the hybrid's cost rule)
 
 
 class HseditProposer:
@@ -125,7 +127,8 @@ class HseditProposer:
         self.planner.release(req_id)
 
     def timings(self) -> ProposerTimings:
-        return ProposerTimings(self.propose_seconds, self.propose_calls)
+        planner = self.planner
+        return ProposerTimings(self.propose_seconds, self.propose_calls, planner.model_drafted, planner.model_skipped)
 
     def load_model(self, model: Any) -> None:
         self._runner = _find_owning_runner(self)
@@ -145,6 +148,7 @@ class HseditProposer:
             self._request_aux_hidden_states(tuple(i + 1 for i in drafter.config.target_layer_ids))
         if self.planner.selector is not None:
             self.planner.selector.device = embed.device
+        self.planner.prepare(max_requests=16)
 
     def _request_aux_hidden_states(self, layers: tuple[int, ...]) -> None:
         runner = self._runner
@@ -181,14 +185,15 @@ class HseditProposer:
             room = self.max_model_len - num_tokens - 1
             if req_ids[row] in sampled_requests:
                 room = 0
+            context = token_ids_cpu[row, :num_tokens]
             features = None
             if step_features is not None:
                 aux, starts, positions = step_features
-                features = FeatureRows(aux[starts[row] : starts[row + 1]], int(positions[row]), num_tokens)
+                features = FeatureRows(aux[starts[row] : starts[row + 1]], int(positions[row]), num_tokens, context)
             rows.append(
                 RowView(
                     req_id=req_ids[row],
-                    context=token_ids_cpu[row, :num_tokens],
+                    context=context,
                     sampled=sampled,
                     max_draft=max(0, min(self.num_speculative_tokens, room)),
                     features=features,

@@ -110,17 +110,11 @@ def greedy_blocks(model: DSparkDrafter, sequences: Sequence[Sequence_], anchors_
         if not len(anchors):
             continue
         _, hidden, _ = model.training_blocks(seq.input_ids, seq.features.float(), anchors)
-        base = model.lm_head(hidden).float()
         target_choice = target_logits(model, seq, anchors).argmax(-1)
-        prev = seq.input_ids[anchors]
-        tokens, prevs = [], []
-        for k in range(cfg.block_size):
-            prevs.append(prev)
-            prev = (base[:, k] + model.markov_bias(prev).float()).argmax(-1)
-            tokens.append(prev)
-        conf = model.confidence_logits(hidden, torch.stack(prevs, 1)).float()
+        tokens, prevs = model.greedy_chain(model.draft_logits(hidden), seq.input_ids[anchors])
+        conf = model.confidence_logits(hidden, prevs).float()
         all_logits.append(conf.numpy())
-        all_accepted.append((torch.stack(tokens, 1) == target_choice).numpy())
+        all_accepted.append((tokens == target_choice).numpy())
         all_valid.append(block_mask(seq, anchors, cfg.block_size).numpy())
     return np.concatenate(all_logits), np.concatenate(all_accepted), np.concatenate(all_valid)
 
@@ -209,7 +203,13 @@ def train_drafter(
         "history": history,
         "config": {k: v for k, v in asdict(config).items()},
     }
-    calibrated = DSparkConfig(**{**asdict(cfg), "sts_temperatures": tuple(float(t) for t in temperatures)})
+    rows = valid.astype(bool)
+    expected = [float((survived[:, k] * rows[:, k]).sum() / max(1, rows[:, k].sum())) for k in range(cfg.block_size)]
+    calibrated = DSparkConfig(**{
+        **asdict(cfg),
+        "sts_temperatures": tuple(float(t) for t in temperatures),
+        "expected_survival": tuple(round(a, 4) for a in expected),
+    })
     model.config = calibrated
     model.sts_temperatures = torch.tensor(temperatures, dtype=torch.float32)
     return model, report

@@ -141,6 +141,14 @@ def save(examples: list[Example], path: str | Path) -> None:
             handle.write(json.dumps(asdict(example)) + "\n")
 
 
+def heldout_sample(count: int, seed: int = 0) -> list[Example]:
+    """`count` examples of the shipped held-out split, the same ones for the same seed."""
+    import random
+
+    heldout = load(HELDOUT, split="eval")
+    return random.Random(seed).sample(heldout, min(count, len(heldout)))
+
+
 def load(path: str | Path, split: str | None = None) -> list[Example]:
     with open(path, encoding="utf-8") as handle:
         rows = [Example(**json.loads(line)) for line in handle if line.strip()]
