@@ -180,7 +180,7 @@ class HybridSelector:
         self.max_batch_tokens = max_batch_tokens
         self.device = torch.device(device)  # where the choice and allocation run
         self.step_seconds: torch.Tensor | None = None  # [max_batch_tokens + 1], once profiled
-        self.draft_seconds: torch.Tensor | None = None  # [max_requests + 1] D(n), once profiled
+        self.draft_seconds: torch.Tensor | None = None  # [max_batch_tokens + 1] D(n), once profiled
         self.draft_scale = 1.0  # running ratio of seen to profiled drafting time
         self.last_price: Price | None = None
 
