@@ -334,6 +334,7 @@ class DSparkDrafter(nn.Module):
             self.confidence_head.proj = nn.Linear(width, 1)
         temperatures = list(cfg.sts_temperatures) or [1.0] * cfg.block_size
         self.register_buffer("sts_temperatures", torch.tensor(temperatures), persistent=False)
+        self._fast_head: torch.Tensor | None = None  # see use_fast_head
 
     # -- weights --------------------------------------------------------------------------
     def share_target_embeddings(self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:
@@ -386,25 +387,21 @@ class DSparkDrafter(nn.Module):
     # -- inference --------------------------------------------------------------------------
     def extend_context(self, cache: ContextCache, features: torch.Tensor) -> None:
         """Append target features of the next context positions to a request's cache."""
-        if not len(features):
-            return
-        start = len(cache)
-        positions = torch.arange(start, start + len(features), device=features.device)
-        cache.append(self.context_keys_values(self.project_context(features.to(self.fc.weight.dtype)), positions))
+        self.extend_contexts([cache], [features])
 
     def extend_contexts(self, caches: Sequence[ContextCache], features: Sequence[torch.Tensor]) -> None:
         """`extend_context` for several requests in one pass (one projection for all rows)."""
-        if len(caches) == 1:
-            return self.extend_context(caches[0], features[0])
-        counts = [len(f) for f in features]
-        device = features[0].device
-        positions = torch.cat([torch.arange(len(c), len(c) + n, device=device) for c, n in zip(caches, counts)])
-        rows = self.project_context(torch.cat(list(features)).to(self.fc.weight.dtype))
+        pairs = [(cache, rows) for cache, rows in zip(caches, features) if len(rows)]
+        if not pairs:
+            return
+        device = pairs[0][1].device
+        positions = torch.cat([torch.arange(len(c), len(c) + len(f), device=device) for c, f in pairs])
+        rows = self.project_context(torch.cat([f for _, f in pairs]).to(self.fc.weight.dtype))
         new = self.context_keys_values(rows, positions)  # per layer (keys, values) of every row
         start = 0
-        for cache, n in zip(caches, counts):
-            cache.append([(k[start : start + n], v[start : start + n]) for k, v in new])
-            start += n
+        for cache, f in pairs:
+            cache.append([(k[start : start + len(f)], v[start : start + len(f)]) for k, v in new])
+            start += len(f)
 
     def use_fast_head(self, dtype: torch.dtype | None) -> None:
         """Draft with a copy of the LM head in `dtype` (None: the head itself). On CPUs with
@@ -414,7 +411,7 @@ class DSparkDrafter(nn.Module):
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM head logits for drafting: [..., hidden] -> [..., vocab] float32."""
-        fast = getattr(self, "_fast_head", None)
+        fast = self._fast_head
         if fast is None:
             return self.lm_head(hidden).float()
         return F.linear(hidden.to(fast.dtype), fast).float()

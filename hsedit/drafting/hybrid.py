@@ -142,13 +142,19 @@ def convex_step_seconds(tokens: list[int], seconds: list[float], max_tokens: int
         hull.append((x, y))
     xs = torch.tensor([x for x, _ in hull], dtype=torch.float64)
     ys = torch.tensor([y for _, y in hull], dtype=torch.float64)
-    b = torch.arange(max_tokens + 1, dtype=torch.float64)
     if len(hull) == 1:
         return torch.full((max_tokens + 1,), float(ys[0]))
-    slopes = torch.clamp((ys[1:] - ys[:-1]) / (xs[1:] - xs[:-1]), min=0.0)
-    segment = torch.clamp(torch.searchsorted(xs, b, right=True) - 1, 0, len(slopes) - 1)
-    out = ys[segment] + slopes[segment] * (b - xs[segment])
+    out = _piecewise_linear(xs, ys, max_tokens)
     return torch.maximum(out, ys[0]).float()  # flat below the smallest measured step
+
+
+def _piecewise_linear(xs: torch.Tensor, ys: torch.Tensor, max_x: int) -> torch.Tensor:
+    """Points (xs increasing, at least two) joined by lines, evaluated at 0..max_x; the first and
+    last segments continue beyond the points, and no segment falls (slopes clamped at 0)."""
+    x = torch.arange(max_x + 1, dtype=torch.float64)
+    slopes = torch.clamp((ys[1:] - ys[:-1]) / (xs[1:] - xs[:-1]), min=0.0)
+    segment = torch.clamp(torch.searchsorted(xs, x, right=True) - 1, 0, len(slopes) - 1)
+    return ys[segment] + slopes[segment] * (x - xs[segment])
 
 
 def pad(rows: list[list[float]], length: int) -> torch.Tensor:
@@ -166,10 +172,7 @@ def linear_seconds(counts: list[int], seconds: list[float], max_count: int) -> t
     points (a pass has a fixed part, so D(1) is well above D(0)), the last slope continued."""
     xs = torch.tensor([0.0, *counts], dtype=torch.float64)
     ys = torch.tensor([0.0, *seconds], dtype=torch.float64)
-    n = torch.arange(max_count + 1, dtype=torch.float64)
-    segment = torch.clamp(torch.searchsorted(xs, n, right=True) - 1, 0, len(xs) - 2)
-    slope = torch.clamp((ys[segment + 1] - ys[segment]) / (xs[segment + 1] - xs[segment]), min=0.0)
-    return (ys[segment] + slope * (n - xs[segment])).float()
+    return _piecewise_linear(xs, ys, max_count).float()
 
 
 class HybridSelector:

@@ -361,7 +361,7 @@ class Engine:
     def _event(self, item: _Tracked, output: Any, now: float) -> StepEvent:
         completion = output.outputs[0]
         new_ids = [int(t) for t in completion.token_ids]
-        step = self._attribute(item, completion, new_ids)
+        step = self._attribute(item, new_ids)
         sources = step.token_sources()
         item.stats.record(step, now)
         pieces: list[tuple[str, str]] = []
@@ -379,7 +379,7 @@ class Engine:
                 pieces.append((tail, sources[-1] if sources else TARGET))
         return StepEvent(item.index, new_ids, sources, pieces, completion.text, output.finished, item.stats)
 
-    def _attribute(self, item: _Tracked, completion: Any, new_ids: list[int]) -> StepRecord:
+    def _attribute(self, item: _Tracked, new_ids: list[int]) -> StepRecord:
         """The proposer's record of this step, trimmed to the tokens that reached the output."""
         emitted = tuple(new_ids)
         if self.proposer is not None:
