@@ -7,9 +7,14 @@ Each engine takes ~20 s to start; every test module shares the same few through
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from hsedit.edit.prompt import ApplyPrompt
 from hsedit.engine.engine import EngineOptions, GenerationRequest, shared_engine
+
+# Property tests draw the same examples on every run: a clean clone must pass or fail the same way.
+settings.register_profile("hsedit", derandomize=True)
+settings.load_profile("hsedit")
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "inventory.py"
 
