@@ -5,9 +5,10 @@ Knows no terminal: progress goes to an `on_step` callback, problems are `HseditE
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from hsedit.edit.diff import unified_diff
 from hsedit.edit.extract import extract_file
@@ -15,7 +16,7 @@ from hsedit.edit.files import SourceFile, check_writable, read_source, write_if_
 from hsedit.edit.guard import DEFAULT_MAX_DELETION, GuardVerdict, check_answer
 from hsedit.edit.prompt import CLOSING_FENCE, ApplyPrompt
 from hsedit.edit.validate import Validation, validate
-from hsedit.engine.engine import Engine, Generation, GenerationRequest, StepEvent
+from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import (
     ContextTooLongError,
@@ -25,6 +26,9 @@ from hsedit.errors import (
     UsageError,
     ValidationError,
 )
+
+if TYPE_CHECKING:  # the engine is imported only where it runs: a server's client has no vLLM
+    from hsedit.engine.engine import Engine
 
 # Room for the answer beyond a copy of the file: edits may add lines.
 ANSWER_SLACK_TOKENS = 256
@@ -37,11 +41,12 @@ class EditJob:
     display_path: str  # as the diff and the prompt name it
     instruction: str
     prompt: ApplyPrompt
+    update: str | None = None  # a lazy-snippet merge's snippet (then `instruction` may be empty)
 
     @classmethod
     def for_source(cls, source: SourceFile, display_path: str, instruction: str, update: str | None = None) -> EditJob:
         prompt = ApplyPrompt.build(display_path, source.text, instruction, update)
-        return cls(source, display_path, instruction, prompt)
+        return cls(source, display_path, instruction, prompt, update)
 
 
 @dataclass
@@ -125,8 +130,80 @@ def edit_request(
     )
 
 
+@dataclass
+class GeneratedEdit:
+    """A job's finished generation, or why it never ran (a file too long for the context)."""
+
+    index: int  # the job's position among those given to `EditRunner.generate`
+    request: GenerationRequest | None  # what ran: its max_tokens explains a cut-off answer
+    generation: Generation | None
+    error: HseditError | None = None
+
+
+class EditRunner(Protocol):
+    """Turns edit jobs into generations, streaming each step to `on_step`: the embedded engine
+    (`EmbeddedRunner`) or an `hsedit serve` server (`hsedit.client.ServerRunner`). Everything
+    before (reading, prompting) and after (extracting, checking, writing) is the same code."""
+
+    description: str  # for the "engine ready" line
+
+    def generate(
+        self,
+        jobs: Iterable[EditJob],
+        *,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        max_in_flight: int = 1,
+        on_step: Callable[[StepEvent], None] | None = None,
+    ) -> Iterator[GeneratedEdit]: ...
+
+
+class EmbeddedRunner:
+    """Edits on an engine in this process; `jobs` is read only as the engine has room."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.description = f"drafter: {engine.options.drafter}"
+
+    def generate(
+        self,
+        jobs: Iterable[EditJob],
+        *,
+        max_tokens: int | None = None,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        max_in_flight: int = 1,
+        on_step: Callable[[StepEvent], None] | None = None,
+    ) -> Iterator[GeneratedEdit]:
+        started: list[tuple[int, GenerationRequest]] = []  # by stream position
+        refused: list[GeneratedEdit] = []
+
+        def requests() -> Iterator[GenerationRequest]:
+            for index, job in enumerate(jobs):
+                try:
+                    request = edit_request(self.engine, job, max_tokens=max_tokens, temperature=temperature, seed=seed)
+                except HseditError as error:
+                    refused.append(GeneratedEdit(index, None, None, error))
+                    continue
+                started.append((index, request))
+                yield request
+
+        finished = self.engine.generate_each(requests(), max_in_flight=max_in_flight, on_step=on_step)
+        for position, generation in finished:
+            yield from _drain(refused)
+            index, request = started[position]
+            yield GeneratedEdit(index, request, generation)
+        yield from _drain(refused)
+
+
+def _drain(items: list[GeneratedEdit]) -> Iterator[GeneratedEdit]:
+    while items:
+        yield items.pop(0)
+
+
 def run_edit(
-    engine: Engine,
+    runner: EditRunner,
     job: EditJob,
     *,
     max_tokens: int | None = None,
@@ -135,9 +212,10 @@ def run_edit(
     on_step: Callable[[StepEvent], None] | None = None,
     max_deletion: float = DEFAULT_MAX_DELETION,
 ) -> EditResult:
-    request = edit_request(engine, job, max_tokens=max_tokens, temperature=temperature, seed=seed)
-    (generation,) = engine.generate([request], on_step=on_step)
-    return finish_edit(job, generation, request, max_deletion=max_deletion)
+    (done,) = runner.generate([job], max_tokens=max_tokens, temperature=temperature, seed=seed, on_step=on_step)
+    if done.error is not None:
+        raise done.error
+    return finish_edit(job, done.generation, done.request, max_deletion=max_deletion)
 
 
 def finish_edit(

@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hsedit.apply import EditJob, EditResult, edit_request, finish_edit, write_result
+from hsedit.apply import EditJob, EditResult, EditRunner, finish_edit, write_result
 from hsedit.edit.files import read_source
 from hsedit.edit.guard import DEFAULT_MAX_DELETION
-from hsedit.engine.engine import Engine, Generation, GenerationRequest, StepEvent
+from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
 from hsedit.errors import HseditError, UsageError
 from hsedit.tasks import is_edit, task_lines
 
@@ -138,7 +138,7 @@ class ResultsJournal:
 
 
 def run_batch(
-    engine: Engine,
+    runner: EditRunner,
     tasks: Sequence[BatchTask],
     results_file: Path,
     *,
@@ -160,25 +160,30 @@ def run_batch(
         if on_done:
             on_done(outcome)
 
-    started: list[tuple[BatchTask, EditJob, GenerationRequest]] = []  # by stream index
+    started: list[tuple[BatchTask, EditJob]] = []  # by job position
 
-    def requests() -> Iterator[GenerationRequest]:
-        """Read and prompt each task only when the engine has room for it."""
+    def jobs() -> Iterator[EditJob]:
+        """Read each task's file only when the runner has room for it."""
         for task in pending:
             try:
                 if not task.instruction.strip() and task.update is None:
                     raise UsageError("the instruction is empty")
                 job = EditJob.for_source(read_source(task.path), task.display_path, task.instruction, task.update)
-                request = edit_request(engine, job, max_tokens=max_tokens)
             except HseditError as error:
                 record(_failure(task, error))
                 continue
-            started.append((task, job, request))
-            yield request
+            started.append((task, job))
+            yield job
 
-    for index, generation in engine.generate_each(requests(), max_in_flight=max_batch, on_step=on_step):
-        task, job, request = started[index]
-        record(finish_task(task, job, request, generation, journal, write=write, force=force, max_deletion=max_deletion))
+    for done in runner.generate(jobs(), max_tokens=max_tokens, max_in_flight=max_batch, on_step=on_step):
+        task, job = started[done.index]
+        if done.error is not None:
+            record(_failure(task, done.error))
+            continue
+        outcome = finish_task(
+            task, job, done.request, done.generation, journal, write=write, force=force, max_deletion=max_deletion
+        )
+        record(outcome)
     return outcomes
 
 

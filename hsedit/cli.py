@@ -54,6 +54,10 @@ MaxDeletionOption = Annotated[
     Optional[float],
     typer.Option(min=0.0, max=1.0, help="Write guard: refuse an answer shorter than the file by more than this share of its lines unless the instruction asks to delete (default 0.5; [tool.hsedit] max_deletion)."),
 ]
+ServerOption = Annotated[
+    Optional[str],
+    typer.Option(help="Edit on a running `hsedit serve` at this URL instead of starting an engine (also HSEDIT_SERVER or [tool.hsedit] server; the key from HSEDIT_API_KEY)."),
+]
 DsparkOption = Annotated[
     Optional[str],
     typer.Option(help="DSpark drafter directory (DeepSpec layout); default: the shipped one, for the embedded models."),
@@ -82,35 +86,38 @@ def apply(
     model: Annotated[Optional[str], typer.Option(help="HF hub id, HF directory, .gguf file, or embedded / embedded-base (default: embedded, the fine-tuned SmolLM2).")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="vLLM compiled mode: faster steps, slow first start.")] = False,
     dspark: DsparkOption = None,
+    server: ServerOption = None,
 ) -> None:
     """Rewrite FILE as INSTRUCTION says; print a unified diff (or --write it)."""
     from hsedit import apply as core
     from hsedit.config import find_pyproject, load_config
     from hsedit.edit.diff import summarize
-    from hsedit.engine.engine import EngineOptions, shared_engine
 
     err = Console(stderr=True)
     live_wanted = not as_json and not os.environ.get("PRE_COMMIT") and err.is_terminal
     config = load_config(find_pyproject())
-    drafter = "none" if no_spec else config.drafter_or_default(drafter)
-    model = config.resolve("model", model, None)
     max_deletion = config.max_deletion_or_default(max_deletion)
     if force and not write:
         raise UsageError("--force only makes sense with --write")
     job = core.prepare(file, instruction, write=write)
     started = time.perf_counter()
+    engine_flags = {"--drafter": drafter, "--model": model, "--dspark": dspark, "--no-spec": no_spec or None,
+                    "--compile": compile or None}
     with err.status("starting the engine…") if live_wanted else nullcontext():
-        engine = shared_engine(EngineOptions(model=model, drafter=drafter, compile=compile, seed=seed or 0, dspark=dspark))
+        runner = _runner(config, server, engine_flags, lambda: dict(
+            model=config.resolve("model", model, None),
+            drafter="none" if no_spec else config.drafter_or_default(drafter),
+            compile=compile, seed=seed or 0, dspark=dspark,
+        ))
     if not as_json:
         err.print(
-            f"hsedit: engine ready in {time.perf_counter() - started:.1f} s "
-            f"(drafter: {drafter}); editing {job.display_path}",
+            f"hsedit: engine ready in {time.perf_counter() - started:.1f} s ({runner.description}); editing {job.display_path}",
             style="dim", highlight=False, soft_wrap=True,
         )
     view = _live_view(err, job) if live_wanted else None
     with view or nullcontext():
         result = core.run_edit(
-            engine, job, max_tokens=max_tokens, temperature=temperature, seed=seed,
+            runner, job, max_tokens=max_tokens, temperature=temperature, seed=seed,
             on_step=view.update if view else None, max_deletion=max_deletion,
         )
     if as_json:
@@ -200,28 +207,28 @@ def batch(
     drafter: DrafterOption = None,
     model: Annotated[Optional[str], typer.Option(help="As for apply.")] = None,
     dspark: DsparkOption = None,
+    server: ServerOption = None,
 ) -> None:
-    """Run every edit of a task file concurrently in one engine; resumable."""
+    """Run every edit of a task file concurrently in one engine (or on a server); resumable."""
     from hsedit.batch import FAILED, combined_patch, load_batch, run_batch
     from hsedit.config import find_pyproject, load_config
-    from hsedit.engine.engine import EngineOptions, shared_engine
 
     err = Console(stderr=True)
     results_file = results or tasks.with_name(tasks.name + ".results.jsonl")
     config = load_config(find_pyproject())
-    drafter = config.drafter_or_default(drafter)
-    model = config.resolve("model", model, None)
     max_deletion = config.max_deletion_or_default(max_deletion)
     if force and not write:
         raise UsageError("--force only makes sense with --write")
     loaded = load_batch(tasks)
-    engine = shared_engine(EngineOptions(model=model, drafter=drafter, dspark=dspark))
+    runner = _runner(config, server, {"--drafter": drafter, "--model": model, "--dspark": dspark}, lambda: dict(
+        model=config.resolve("model", model, None), drafter=config.drafter_or_default(drafter), dspark=dspark,
+    ))
     from hsedit.ui import BatchProgress
 
     show = not os.environ.get("PRE_COMMIT") and err.is_terminal
     with BatchProgress(err, total=len(loaded), show=show) as progress:
         outcomes = run_batch(
-            engine, loaded, results_file, write=write, force=force, max_batch=max_batch, max_tokens=max_tokens,
+            runner, loaded, results_file, write=write, force=force, max_batch=max_batch, max_tokens=max_tokens,
             max_deletion=max_deletion, on_step=progress.on_step, on_done=progress.on_done,
         )
     from hsedit.ui import batch_table
@@ -233,6 +240,51 @@ def batch(
         raise typer.Exit(1)
 
 
+@app.command(epilog=EXIT_HELP)
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs --api-key.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8421,
+    model: Annotated[Optional[str], typer.Option(help="As for apply (also HSEDIT_MODEL or [tool.hsedit] model).")] = None,
+    drafter: DrafterOption = None,
+    api_key: Annotated[Optional[str], typer.Option(help="Require this key (Authorization: Bearer KEY) on every endpoint but /health; also HSEDIT_API_KEY.")] = None,
+    max_queue: Annotated[int, typer.Option(help="Requests held at once (running + waiting); more get 429 with Retry-After.", min=1)] = 64,
+    max_tokens: Annotated[Optional[int], typer.Option(help="Largest max_tokens a request may ask for (default: the model's context).", min=1)] = None,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body; larger ones get 413.", min=1024)] = 4 << 20,
+    tensor_parallel_size: Annotated[int, typer.Option(help="vLLM tensor parallelism (GPUs per model; vLLM's own drafters only).", min=1)] = 1,
+    pipeline_parallel_size: Annotated[int, typer.Option(help="vLLM pipeline parallelism (vLLM's own drafters only).", min=1)] = 1,
+    distributed_executor_backend: Annotated[Optional[str], typer.Option(help="vLLM's executor for parallel workers: mp or ray (several machines).")] = None,
+    compile: Annotated[bool, typer.Option("--compile", help="vLLM compiled mode: faster steps, slow first start.")] = False,
+    dspark: DsparkOption = None,
+) -> None:
+    """Serve one warm engine over HTTP: OpenAI chat completions (with Predicted Outputs), /v1/apply for hsedit's clients, /health, /metrics."""
+    from hsedit.config import find_pyproject, load_config
+    from hsedit.engine.engine import EngineOptions
+    from hsedit.server.app import ServerSettings
+    from hsedit.server.main import check_exposure, serve as run_server
+
+    err = Console(stderr=True)
+    config = load_config(find_pyproject())
+    api_key = api_key or os.environ.get("HSEDIT_API_KEY") or None
+    check_exposure(host, api_key)  # before the engine's start-up, not after
+    if distributed_executor_backend not in (None, "mp", "ray"):
+        raise UsageError(f"--distributed-executor-backend is mp or ray, not {distributed_executor_backend!r}")
+    options = EngineOptions(
+        model=config.resolve("model", model, None), drafter=config.drafter_or_default(drafter), compile=compile,
+        dspark=dspark, tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+        distributed_executor_backend=distributed_executor_backend,
+    )
+    settings = ServerSettings(
+        served_model=options.model or "embedded", drafter=options.drafter, api_key=api_key, max_queue=max_queue,
+        max_body_bytes=max_body_bytes, max_tokens=max_tokens,
+    )
+    started = time.perf_counter()
+    err.print(f"hsedit: starting the engine (drafter: {options.drafter})…", style="dim", highlight=False)
+    run_server(options, settings, host=host, port=port, on_ready=lambda url: err.print(
+        f"hsedit: serving {settings.served_model} at {url} (engine ready in {time.perf_counter() - started:.1f} s; "
+        "Ctrl-C or SIGTERM stops)", highlight=False, soft_wrap=True,
+    ))
+
+
 finetune_app = typer.Typer(no_args_is_help=True, help="Make, train and evaluate the apply model.")
 app.add_typer(finetune_app, name="finetune")
 
@@ -241,18 +293,21 @@ app.add_typer(finetune_app, name="finetune")
 def finetune_data(
     out: Annotated[Path, typer.Option(help="JSON-lines file to write.")],
     per_kind: Annotated[int, typer.Option(help="Training examples per edit kind.", min=1)] = 70,
+    file_per_kind: Annotated[int, typer.Option(help="Whole-file examples per edit kind (50-200-line files), besides the chunks.", min=0)] = 0,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
     """Generate instructed edits with exact targets from installed Python source."""
     from collections import Counter
 
-    from hsedit.train.finetune.dataset import generate, save
+    from hsedit.train.finetune.dataset import generate, generate_whole_files, save
 
     examples = generate(seed=seed, limit_per_kind=per_kind)
+    if file_per_kind:
+        examples += generate_whole_files(seed=seed, limit_per_kind=file_per_kind)
     save(examples, out)
-    counts = Counter((e.split, e.kind) for e in examples)
-    for (split, kind), n in sorted(counts.items()):
-        typer.echo(f"{split:5} {kind:20} {n}")
+    counts = Counter((e.split, e.scope, e.kind) for e in examples)
+    for (split, scope, kind), n in sorted(counts.items()):
+        typer.echo(f"{split:5} {scope:5} {kind:20} {n}")
 
 
 @finetune_app.command("train")
@@ -264,6 +319,7 @@ def finetune_train(
     epochs: Annotated[float, typer.Option(min=0.01)] = 1.0,
     rank: Annotated[int, typer.Option(min=1)] = 16,
     learning_rate: Annotated[float, typer.Option()] = 4e-4,
+    max_tokens: Annotated[int, typer.Option(help="Skip examples longer than this (prompt + answer); whole files need ~6000.", min=64)] = 1024,
 ) -> None:
     """LoRA fine-tune of the apply model (CPU or GPU: torch decides)."""
     from hsedit.engine.provision import resolve_model
@@ -273,6 +329,7 @@ def finetune_train(
     config = TrainConfig(
         data=str(data), base_model=base_dir, output=str(out), rank=rank, alpha=2 * rank,
         learning_rate=learning_rate, epochs=epochs, time_budget_s=minutes * 60 if minutes else None,
+        max_tokens=max_tokens,
     )
     summary = train(config, log=typer.echo)
     typer.echo(json.dumps(summary))
@@ -282,15 +339,18 @@ def finetune_train(
 def finetune_eval(
     model: Annotated[Optional[str], typer.Option(help="Model to evaluate (default: the shipped apply model).")] = None,
     data: Annotated[Optional[Path], typer.Option(help="Examples (default: the shipped held-out set).")] = None,
+    whole_files: Annotated[bool, typer.Option("--whole-files", help="The shipped held-out whole files (50-200 lines) instead of the chunks.")] = False,
     limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N per kind.", min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Exact-match, unchanged-lines-kept and parse rates per edit kind on held-out files."""
+    """Exact-match, unchanged-lines-kept, parse and cut-off rates per edit kind on held-out files."""
     from hsedit.engine.engine import EngineOptions, shared_engine
-    from hsedit.train.finetune.dataset import HELDOUT, load
+    from hsedit.train.finetune.dataset import HELDOUT, HELDOUT_FILES, load
     from hsedit.train.finetune.evaluate import evaluate, overall
 
-    examples = load(data or HELDOUT, split=None if data else "eval")
+    if data and whole_files:
+        raise UsageError("--data and --whole-files choose the same thing: give one")
+    examples = load(data or (HELDOUT_FILES if whole_files else HELDOUT), split=None if data else "eval")
     if limit:
         from collections import Counter
 
@@ -365,21 +425,22 @@ def _hook(mode: str, files: list[str]) -> None:
     from hsedit.config import hook_config
 
     config = hook_config(Path.cwd())  # a mistake in [tool.hsedit] is one line, before anything starts
-    if importlib.util.find_spec("vllm") is None:
+    on_server = config.resolve("server", None, None) is not None
+    if not on_server and importlib.util.find_spec("vllm") is None:
         # pre-commit installs hsedit alone into its own environment; the engine lives in the one
         # `make setup` (or pip install hsedit[cpu]) made. HSEDIT_PYTHON names its interpreter.
         python = os.environ.get("HSEDIT_PYTHON")
         if not python:
-            raise UsageError("the hook needs vLLM: set HSEDIT_PYTHON to the python of an "
-                             "environment with hsedit[cpu] or hsedit[gpu] installed")
+            raise UsageError("the hook needs vLLM or a server: set HSEDIT_SERVER (or [tool.hsedit] server) to a "
+                             "running `hsedit serve`, or HSEDIT_PYTHON to the python of an environment with "
+                             "hsedit[cpu] or hsedit[gpu] installed")
         os.execv(python, [python, "-m", "hsedit.cli", "hook", mode, *files])
-    from hsedit.engine.engine import EngineOptions, shared_engine
     from hsedit.hook import run_hook
 
     status = run_hook(
-        lambda: shared_engine(
-            EngineOptions(model=config.resolve("model", None, None), drafter=config.drafter_or_default(None))
-        ),
+        lambda: _runner(config, None, {}, lambda: dict(
+            model=config.resolve("model", None, None), drafter=config.drafter_or_default(None),
+        )),
         config, files, fix=mode == "fix", root=Path.cwd(), say=lambda line: typer.echo(line),
     )
     raise typer.Exit(status)
@@ -436,6 +497,24 @@ def drafter_eval(
     report = evaluate(resolve_drafter(drafter, target), target, read_prompts(prompts, limit), heldout_sample(edits),
                       log=lambda m: err.print(m, style="dim"))
     typer.echo(json.dumps(report, indent=2))
+
+
+def _runner(config, server: str | None, engine_flags: dict, engine_options):
+    """Where edits run: the server the flag, HSEDIT_SERVER or [tool.hsedit] names, else an engine
+    started here with `engine_options()`. Engine flags given with a server are refused: the
+    server's own options decide (one line, exit 2, instead of silently ignoring them)."""
+    url = config.resolve("server", server, None)
+    if url:
+        from hsedit.client import ServerClient, ServerRunner
+
+        given = [flag for flag, value in engine_flags.items() if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} is the server's to set (hsedit serve {given[0]} …); drop it or --server")
+        return ServerRunner(ServerClient(url))
+    from hsedit.apply import EmbeddedRunner
+    from hsedit.engine.engine import EngineOptions, shared_engine
+
+    return EmbeddedRunner(shared_engine(EngineOptions(**engine_options())))
 
 
 def _check_methods(methods: list[str]) -> None:

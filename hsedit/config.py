@@ -4,12 +4,15 @@
     model = "embedded"            # as --model
     drafter = "hybrid"            # as --drafter
     max_deletion = 0.5            # as --max-deletion: the write guard's limit
+    server = "http://127.0.0.1:8421"  # as --server: edit on a running `hsedit serve`
     [tool.hsedit.instructions]    # the hooks: fnmatch pattern -> instruction; the first match applies
     "src/*.py" = "remove debug print statements"
 
 A mistake here (an unknown key or drafter, a value of the wrong type) is one line and exit 2,
 like a bad command-line option. Precedence everywhere: the command-line flag, then the
-environment (`HSEDIT_MODEL`, `HSEDIT_DRAFTER`), then `[tool.hsedit]`, then the default.
+environment (`HSEDIT_MODEL`, `HSEDIT_DRAFTER`, `HSEDIT_SERVER`), then `[tool.hsedit]`, then the
+default. A server's API key comes from `HSEDIT_API_KEY` only: a secret has no place in a file
+that is committed.
 Imports nothing heavy: the pre-commit environment has no torch or vLLM.
 """
 
@@ -25,8 +28,8 @@ from hsedit.drafting.chain import HYBRID, check_drafter
 from hsedit.edit.guard import DEFAULT_MAX_DELETION
 from hsedit.errors import UsageError
 
-KNOWN_KEYS = ("model", "drafter", "max_deletion", "instructions")
-ENVIRONMENT = {"model": "HSEDIT_MODEL", "drafter": "HSEDIT_DRAFTER"}
+KNOWN_KEYS = ("model", "drafter", "max_deletion", "server", "instructions")
+ENVIRONMENT = {"model": "HSEDIT_MODEL", "drafter": "HSEDIT_DRAFTER", "server": "HSEDIT_SERVER"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class ProjectConfig:
     model: str | None = None
     drafter: str | None = None
     max_deletion: float | None = None
+    server: str | None = None
     source: Path | None = None  # the pyproject.toml it came from
 
     def resolve(self, name: str, flag: Any, default: Any) -> Any:
@@ -98,7 +102,10 @@ def load_config(pyproject: Path | None) -> ProjectConfig:
     max_deletion = section.get("max_deletion")
     if max_deletion is not None:
         max_deletion = check_share(max_deletion, f"{where} max_deletion")
-    return ProjectConfig(tuple(instructions.items()), model, drafter, max_deletion, pyproject)
+    server = section.get("server")
+    if server is not None and (not isinstance(server, str) or not server.strip()):
+        raise UsageError(f"{where} server must be a URL such as \"http://127.0.0.1:8421\", not {server!r}")
+    return ProjectConfig(tuple(instructions.items()), model, drafter, max_deletion, server, pyproject)
 
 
 def hook_config(root: Path) -> ProjectConfig:

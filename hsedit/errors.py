@@ -41,6 +41,10 @@ class FileChangedError(HseditError):
     exit_code = 9  # the file changed while the edit ran: nothing written, the answer kept aside
 
 
+class ServerError(HseditError):
+    exit_code = 10  # the server (--server, HSEDIT_SERVER) could not be reached or failed the request
+
+
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES = {
@@ -54,5 +58,21 @@ EXIT_CODES = {
     7: "the model could not be found, converted or loaded",
     8: "the answer would destroy code (empty, mass deletion, placeholders): nothing written (--force writes)",
     9: "the file changed while the edit ran: nothing written; the new version is kept beside it",
+    10: "the server could not be reached, refused the request or failed it",
     130: "interrupted (Ctrl-C); the file is untouched",
 }
+
+
+def error_for_exit_code(code: int, message: str) -> HseditError:
+    """The error a server reported (by its exit code), raised on the client as if it ran here."""
+    kinds = [cls for cls in _all_errors() if cls.exit_code == code]
+    return (kinds[0] if kinds else ServerError)(message)
+
+
+def _all_errors() -> list[type[HseditError]]:
+    found, todo = [], [HseditError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found

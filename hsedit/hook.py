@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from hsedit.apply import EditRunner
 from hsedit.batch import FAILED, OK, BatchTask, run_batch
 from hsedit.config import ProjectConfig
 
@@ -38,7 +39,7 @@ def hook_tasks(files: Sequence[str], config: ProjectConfig, root: Path) -> list[
 
 
 def run_hook(
-    engine_for: Callable[[], object],
+    runner_for: Callable[[], EditRunner],
     config: ProjectConfig,
     files: Sequence[str],
     *,
@@ -47,14 +48,15 @@ def run_hook(
     say: Callable[[str], None],
 ) -> int:
     """Exit status for pre-commit: 1 when a file would change (check) or was changed (fix).
-    `config` is `config.hook_config(root)`; the engine is started only if a file matches."""
+    `config` is `config.hook_config(root)`; the runner (an engine start, or a server's client) is
+    made only if a file matches."""
     tasks = hook_tasks(files, config, root)
     if not tasks:
         return 0
-    engine = engine_for()
+    runner = runner_for()
     with tempfile.TemporaryDirectory() as scratch:
         outcomes = run_batch(
-            engine, tasks, Path(scratch) / "results.jsonl", write=fix,
+            runner, tasks, Path(scratch) / "results.jsonl", write=fix,
             max_deletion=config.max_deletion_or_default(None),
         )
     changed = False

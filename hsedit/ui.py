@@ -14,7 +14,7 @@ from rich.text import Text
 
 from hsedit.batch import FAILED
 from hsedit.drafting.chain import DSPARK, NGRAM, NO_DRAFTER, TARGET, VLLM_NGRAM, VLLM_SUFFIX
-from hsedit.engine.engine import StepEvent
+from hsedit.engine.requests import StepEvent
 from hsedit.engine.stats import RequestStats
 
 SOURCE_STYLES = {NGRAM: "green", DSPARK: "cyan", TARGET: "default", VLLM_NGRAM: "green", VLLM_SUFFIX: "green"}
@@ -105,12 +105,12 @@ def bench_table(report) -> Table:
 
 def eval_table(model: str, rows: list[dict]) -> Table:
     table = Table(title=f"apply model evaluation · {model}")
-    for column in ("kind", "n", "exact", "unchanged lines kept", "parses", "similarity"):
+    for column in ("kind", "n", "exact", "unchanged lines kept", "parses", "similarity", "cut off"):
         table.add_column(column, justify="left" if column == "kind" else "right")
     for row in rows:
         table.add_row(
             row["kind"], str(row["n"]), f"{row['exact']:.0%}", f"{row['unchanged_lines_kept']:.1%}",
-            f"{row['parses']:.0%}", f"{row['similarity']:.3f}",
+            f"{row['parses']:.0%}", f"{row['similarity']:.3f}", f"{row['cut_off']:.0%}",
         )
     return table
 
@@ -138,10 +138,8 @@ class BatchProgress:
 
     def on_step(self, event: StepEvent) -> None:
         self.tokens += len(event.token_ids)
-        if event.stats.steps:
-            step = event.stats.steps[-1]
-            self.accepted += step.accepted
-            self.drafted += step.drafted
+        self.accepted += event.record.accepted
+        self.drafted += event.record.drafted
         self.progress.update(self.bar, description=self._line())
 
     def on_done(self, outcome) -> None:

@@ -3,12 +3,28 @@
 import ast
 import io
 import random
+import re
 import tokenize
 
 import pytest
 
 from hsedit.train.finetune import edits
-from hsedit.train.finetune.dataset import HELDOUT, chunks, load, split_of
+from hsedit.train.finetune.dataset import (
+    HELDOUT,
+    HELDOUT_FILES,
+    MAX_WHOLE_FILE_LINES,
+    MAX_WHOLE_FILE_TOKENS,
+    MIN_WHOLE_FILE_LINES,
+    Example,
+    chunks,
+    estimated_tokens,
+    generate_whole_files,
+    heldout_whole_files,
+    load,
+    split_of,
+    whole_file,
+)
+from hsedit.train.finetune.evaluate import KindReport, overall, score
 
 SOURCE = '''"""Totals for the report; total_value is documented here."""
 
@@ -128,3 +144,211 @@ def test_shipped_heldout_set_comes_from_held_out_files_only():
     assert len(examples) >= 50
     assert all(e.split == "eval" and split_of(e.path) == "eval" for e in examples)
     assert {e.kind for e in examples} >= {"rename_function", "rename_local", "snippet_merge"}
+
+
+# -- whole files ---------------------------------------------------------------------------
+WHOLE_FILE = '''"""Buffers of a fixed size; `size` in this docstring stays as it is."""
+
+import os
+
+MAX_SIZE = 4096
+DEFAULT_NAME = "buffer"
+
+
+def clamp(size, max_size=MAX_SIZE):
+    # a size above max_size is cut to max_size
+    if size > max_size:
+        return max_size
+    return size
+
+
+def describe(size):
+    label = "size=%d" % size
+    return label + " of " + os.sep
+
+
+def resize(size, factor):
+    sizes = [clamp(size * factor), size]
+    return max(sizes)
+
+
+class Buffer:
+    def __init__(self, size):
+        self.capacity = clamp(size)
+        self.items = []
+
+    def push(self, item):
+        if len(self.items) >= self.capacity:
+            raise ValueError("buffer of size %d is full" % self.capacity)
+        self.items.append(item)
+        return len(self.items)
+
+    def drain(self):
+        drained, self.items = self.items, []
+        return drained
+
+
+def fill(buffer, values):
+    total = 0
+    for value in values:
+        total = buffer.push(value)
+    return total
+
+
+def fill_all(buffers, values):
+    totals = [fill(buffer, values) for buffer in buffers]
+    return sum(totals), Buffer(len(totals))
+
+
+def refill(values):
+    return fill(Buffer(len(values)), values)
+'''
+
+
+def tokens(source):
+    return list(tokenize.generate_tokens(io.StringIO(source).readline))
+
+
+def renamed(before, after):
+    """The (old, new) NAME pairs between two sources that differ in nothing else."""
+    a, b = tokens(before), tokens(after)
+    assert len(a) == len(b)
+    pairs = set()
+    for x, y in zip(a, b):
+        if x.string != y.string:
+            assert x.type == y.type == tokenize.NAME, (x, y)
+            pairs.add((x.string, y.string))
+    return pairs
+
+
+def assert_renamed_everywhere(before, after):
+    ((old, new),) = renamed(before, after)
+    assert old not in names(after) and names(after).count(new) == names(before).count(old)
+    assert len(after.splitlines()) == len(before.splitlines())
+    ast.parse(after)
+    return old, new
+
+
+def test_rename_everywhere_leaves_longer_names_strings_and_comments_alone():
+    after = edits.rename_tokens(WHOLE_FILE, "size", "length")
+    assert_renamed_everywhere(WHOLE_FILE, after)
+    assert "max_size" in names(after) and "sizes" in names(after) and "MAX_SIZE" in names(after)
+    assert "# a size above max_size is cut to max_size" in after
+    assert '"size=%d"' in after and '"buffer of size %d is full"' in after
+    assert "`size` in this docstring" in after
+
+
+@pytest.mark.parametrize("what", ["function", "class", "variable"])
+def test_whole_file_renames_change_every_use_and_nothing_else(what):
+    renamed_names = set()
+    for seed in range(12):
+        edit = edits.rename_everywhere(WHOLE_FILE, random.Random(seed), what)
+        assert edit.kind == f"rename_{what}"
+        old, new = assert_renamed_everywhere(edit.before, edit.after)
+        assert old in edit.instruction and new in edit.instruction
+        renamed_names.add(old)
+    # max_size is also a keyword-argument position (its default) and capacity an attribute:
+    # renaming "everywhere" would be ambiguous, so neither is ever picked.
+    assert not renamed_names & {"max_size", "capacity", "items", "os", "self"}
+    if what == "variable":
+        assert "size" in renamed_names  # the name with look-alikes (max_size, sizes, comments, strings)
+
+
+def test_whole_file_renames_skip_names_that_a_string_spells_as_code():
+    exported = '__all__ = ["clamp", "fill"]\n' + WHOLE_FILE
+    for seed in range(12):  # clamp and fill are the only functions used often enough to rename
+        assert edits.rename_everywhere(exported, random.Random(seed), "function") is None
+
+
+def test_whole_file_renames_are_asked_for_in_many_ways():
+    instructions = set()
+    for seed in range(60):
+        edit = edits.rename_everywhere(WHOLE_FILE, random.Random(seed), "variable")
+        ((old, new),) = renamed(edit.before, edit.after)
+        instructions.add(edit.instruction.replace(old, "OLD").replace(new, "NEW"))
+    assert len(instructions) >= 8
+    assert "Rename `OLD` to `NEW` everywhere in this file." in instructions
+    assert "call the variable NEW instead of OLD" in instructions
+    assert "rename OLD to NEW" in instructions
+
+
+def test_no_change_instructions_do_not_apply_and_keep_the_file():
+    absent = {f"{v}_{n}" for v in edits.ABSENT_VERBS for n in edits.ABSENT_NOUNS} | set(edits.ABSENT_NOUNS)
+    with_print = WHOLE_FILE.replace("    return total\n", "    print(total)\n    return total\n")
+    assert with_print != WHOLE_FILE
+    for seed in range(30):
+        for source in (WHOLE_FILE, with_print):
+            edit = edits.no_change(source, random.Random(seed))
+            assert edit.kind == "no_change" and edit.before == edit.after == source
+            mentioned = set(re.findall(r"\w+", edit.instruction)) & absent
+            assert not mentioned & set(re.findall(r"\w+", source))
+            assert "%" not in edit.instruction  # both files have % formatting
+            if source is with_print:
+                assert "print" not in edit.instruction
+
+
+def test_whole_files_keep_to_the_line_and_token_bounds():
+    assert whole_file(WHOLE_FILE) == WHOLE_FILE
+    assert whole_file(SOURCE) is None  # under MIN_WHOLE_FILE_LINES
+    module = "".join(f"def f{i}(x):\n    y = x + {i}\n    return y\n\n\n" for i in range(80))
+    top = whole_file(module)
+    assert module.startswith(top) and MIN_WHOLE_FILE_LINES <= len(top.splitlines()) <= MAX_WHOLE_FILE_LINES
+    ast.parse(top)
+    wide = "".join(f"value_{i} = {'x' * 90!r}\n" for i in range(150))  # few lines, many tokens
+    assert estimated_tokens(wide) > MAX_WHOLE_FILE_TOKENS
+    assert estimated_tokens(whole_file(wide)) <= MAX_WHOLE_FILE_TOKENS
+    one_statement = "VALUES = [\n" + "    1,\n" * 250 + "]\n"
+    assert whole_file(one_statement) is None
+
+
+def synthetic_files(count=40):
+    """Whole-file-sized modules under paths of both splits."""
+    helper = "\n\ndef helper_{i}(items):\n    count = len(items)\n    return count + {i}\n"
+    extra = "".join(helper.format(i=i) for i in range(4))
+    return [(f"pkg/module_{i}.py", WHOLE_FILE.replace("Buffer", f"Buffer{i}") + extra) for i in range(count)]
+
+
+def test_whole_file_examples_keep_eval_files_out_of_train():
+    files = synthetic_files()
+    assert {split_of(path) for path, _ in files} == {"train", "eval"}
+    examples = generate_whole_files(seed=0, limit_per_kind=4, files=files)
+    assert {e.split for e in examples} == {"train", "eval"}
+    for example in examples:
+        assert example.split == split_of(example.path) and example.scope == "file"
+        assert MIN_WHOLE_FILE_LINES <= len(example.before.splitlines()) <= MAX_WHOLE_FILE_LINES
+        assert estimated_tokens(example.before) <= MAX_WHOLE_FILE_TOKENS
+        assert (example.before == example.after) == (example.kind == "no_change")
+    train = {e.path for e in examples if e.split == "train"}
+    assert not train & {e.path for e in examples if e.split == "eval"}
+    assert heldout_whole_files(seed=3, files=files) == heldout_whole_files(seed=3, files=files)
+    assert {e.split for e in heldout_whole_files(seed=3, files=files)} == {"eval"}
+
+
+def test_shipped_whole_file_heldout_set():
+    assert HELDOUT_FILES.stat().st_size < 1_500_000
+    examples = load(HELDOUT_FILES)
+    assert 40 <= len(examples) <= 80
+    renames = {"rename_function", "rename_class", "rename_local", "rename_variable"}
+    assert {e.kind for e in examples} >= renames | {"no_change"}
+    assert sum(e.kind.startswith("rename_") for e in examples) >= len(examples) / 2
+    for example in examples:
+        assert example.split == "eval" and split_of(example.path) == "eval" and example.scope == "file"
+        assert MIN_WHOLE_FILE_LINES <= len(example.before.splitlines()) <= MAX_WHOLE_FILE_LINES
+        assert estimated_tokens(example.before) <= MAX_WHOLE_FILE_TOKENS
+        ast.parse(example.after)
+        if example.kind in ("rename_function", "rename_class", "rename_variable"):
+            assert_renamed_everywhere(example.before, example.after)
+        if example.kind == "no_change":
+            assert example.before == example.after
+    assert {e.scope for e in load(HELDOUT)} == {"chunk"}  # rows written before scope existed load as chunks
+
+
+def test_scores_count_answers_cut_off_by_max_tokens():
+    before, after = "a = 1\nc = a\n", "b = 1\nc = b\n"
+    example = Example("rename_variable", "m.py", "rename a to b", before, after, None, "eval")
+    done = score(example, example.after)
+    cut = score(example, "b = 1\nc = b\nc = b\nc =", cut_off=True)
+    assert not done.cut_off and cut.cut_off and done.exact and not cut.exact
+    report = KindReport("rename_variable", [done, cut])
+    assert report.as_dict()["cut_off"] == 0.5
+    assert overall([report, KindReport("no_change", [score(example, example.after)])])["cut_off"] == 0.333

@@ -14,6 +14,10 @@ CHECK = "import sys, importlib; importlib.import_module({module!r}); print(sorte
     ("hsedit.drafting.dspark", ("vllm",)),
     # what the pre-commit environment (no torch, no vLLM) imports before handing over
     ("hsedit.config", ("vllm", "torch", "numpy")),
+    # a server's clients: apply, batch and the hooks run there on the light install
+    ("hsedit.client", ("vllm", "torch", "transformers")),
+    ("hsedit.hook", ("vllm", "torch", "transformers")),
+    ("hsedit.ui", ("vllm", "torch", "transformers")),
     # the runtime never imports training code
     ("hsedit.batch", ("hsedit.train", "hsedit.train.finetune", "hsedit.train.drafter", "hsedit.train.calibrate")),
     ("hsedit.bench", ("hsedit.train", "hsedit.train.finetune", "hsedit.train.drafter", "hsedit.train.calibrate")),

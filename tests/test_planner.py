@@ -136,3 +136,15 @@ def test_new_requests_start_from_what_finished_requests_learnt_about_copies():
     planner.release("a")
     planner.step([row("b", [5, 5, 5], [5])])
     assert planner._states["b"].copy_offset == pytest.approx(0.2 * learnt)
+
+
+def test_a_seeded_prediction_is_copied_from_and_survives_a_rebuild():
+    planner = DraftPlanner(min_match=3)
+    planner.seed("a", [40, 41, 42, 43, 44, 45])  # the predicted answer, not in the context
+    (draft,) = planner.step([row("a", [1, 2, 40, 41, 42], [42])])
+    assert draft == [43, 44, 45, 1, 2, 40, 41, 42]  # from the prediction on (then the context follows it)
+    # A context that is not an extension rebuilds the index: the prediction stays in it.
+    (draft,) = planner.step([row("a", [9, 41, 42, 43], [43])])
+    assert draft[:2] == [44, 45]
+    (plain,) = DraftPlanner(min_match=3).step([row("b", [1, 2, 40, 41, 42], [42])])
+    assert plain == []  # without the prediction there is nothing to copy

@@ -6,7 +6,7 @@ import pytest
 
 from hsedit.bench import load_tasks
 from hsedit.drafting.chain import NGRAM, TARGET, VLLM_NGRAM
-from hsedit.drafting.planner import StepRecord
+from hsedit.drafting.chain import StepRecord
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import UsageError
 from hsedit.ui import status_line

@@ -1,4 +1,5 @@
-"""What a drafter hands to the selector: a chain of draft tokens and why it was proposed."""
+"""What a drafter hands to the selector (a chain of draft tokens and why it was proposed) and what
+one verified step leaves behind (its record). Light: the server's clients import it too."""
 
 from __future__ import annotations
 
@@ -61,3 +62,27 @@ class DraftChain:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One engine step of one request: which chain was verified, how much of it the target
+    kept, and the tokens that came out. The one record of a step: the planner writes it, the
+    engine trims `emitted` to what reached the output (a stop string or max_tokens can cut a
+    step short), and the stats, their JSON, the benchmark and calibration read it."""
+
+    source: str | None  # drafter whose chain was verified, None if there was none
+    drafted: int
+    matched: int  # draft tokens the verification agreed with (vLLM's count)
+    emitted: tuple[int, ...]  # accepted draft tokens, then the target's own token
+    # The proposal's copy features with the verification outcome: calibration data.
+    copy_features: CopyFeatures | None = None
+    price: float | None = None  # the hybrid selector's price per verified token that step
+
+    @property
+    def accepted(self) -> int:
+        """Accepted draft tokens among the emitted ones (all of `matched` unless cut short)."""
+        return min(self.matched, len(self.emitted))
+
+    def token_sources(self) -> list[str]:
+        return [self.source or TARGET] * self.accepted + [TARGET] * (len(self.emitted) - self.accepted)

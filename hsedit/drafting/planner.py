@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hsedit.drafting.chain import DSPARK, NGRAM, PROBE, TARGET, CopyFeatures, DraftChain
+from hsedit.drafting.chain import DSPARK, NGRAM, PROBE, DraftChain, StepRecord
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel, VerifiedChain
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
@@ -39,30 +39,6 @@ class RowView:
     features: FeatureRows | None = None  # target features computed this step (model drafter only)
 
 
-@dataclass(frozen=True)
-class StepRecord:
-    """One engine step of one request: which chain was verified, how much of it the target
-    kept, and the tokens that came out. The one record of a step: the planner writes it, the
-    engine trims `emitted` to what reached the output (a stop string or max_tokens can cut a
-    step short), and the stats, their JSON, the benchmark and calibration read it."""
-
-    source: str | None  # drafter whose chain was verified, None if there was none
-    drafted: int
-    matched: int  # draft tokens the verification agreed with (vLLM's count)
-    emitted: tuple[int, ...]  # accepted draft tokens, then the target's own token
-    # The proposal's copy features with the verification outcome: calibration data.
-    copy_features: CopyFeatures | None = None
-    price: float | None = None  # the hybrid selector's price per verified token that step
-
-    @property
-    def accepted(self) -> int:
-        """Accepted draft tokens among the emitted ones (all of `matched` unless cut short)."""
-        return min(self.matched, len(self.emitted))
-
-    def token_sources(self) -> list[str]:
-        return [self.source or TARGET] * self.accepted + [TARGET] * (len(self.emitted) - self.accepted)
-
-
 # A request the model drafter skipped moves its DSpark estimate this far towards the batch's
 # running mean each step, so a low estimate is retried once the mean says it may pay again.
 ESTIMATE_DRIFT = 0.25
@@ -76,6 +52,8 @@ class _RequestState:
     records: list[StepRecord] = field(default_factory=list)
     model_estimate: list[float] | None = None  # expected survival of its next DSpark chain
     copy_offset: float = 0.0  # this request's logit shift of the copy acceptance model
+    # Tokens the answer is expected to repeat (a Predicted Output): indexed before the context.
+    reference: tuple[int, ...] = ()
 
 
 class DraftPlanner:
@@ -134,7 +112,7 @@ class DraftPlanner:
             if record.copy_features is not None and self.copy_model is not None:
                 verified = VerifiedChain(record.copy_features, record.drafted, record.matched)
                 state.copy_offset = self.copy_model.adapt(state.copy_offset, verified)
-            _sync_index(state.index, row.context)
+            _sync_index(state, row.context)
             live.append((i, row, state))
         candidates = self._propose([(row, state) for _, row, state in live])
         chosen = self._select(candidates)
@@ -153,6 +131,14 @@ class DraftPlanner:
             return []
         records, state.records = state.records, []
         return records
+
+    def seed(self, req_id: str, reference: Sequence[int]) -> None:
+        """Let the copy drafter copy from `reference` too, as from the request's own context:
+        a prediction of the answer that is not part of the prompt. Call before its first step."""
+        state = self._state_for(req_id)
+        state.reference = tuple(int(t) for t in reference)
+        state.index.reset()
+        state.index.extend(state.reference)
 
     def prepare(self, max_requests: int) -> None:
         """Once the model drafter sits on its device: time it for the selector's drafting cost."""
@@ -268,10 +254,13 @@ def _verification_record(chain: DraftChain | None, sampled: Sequence[int], price
     return StepRecord(chain.source, len(chain), accepted, emitted, chain.copy_features, price)
 
 
-def _sync_index(index: CopyIndex, context: np.ndarray) -> None:
-    """Append the tokens the index has not seen; rebuild if the context is not an extension."""
-    known = len(index)
-    if known > len(context) or (known and int(context[known - 1]) != index.tokens[-1]):
+def _sync_index(state: _RequestState, context: np.ndarray) -> None:
+    """Append the context tokens the index has not seen (it holds the reference, then the
+    context); rebuild if the context is not an extension of what it saw."""
+    index, offset = state.index, len(state.reference)
+    known = len(index) - offset
+    if known > len(context) or (known > 0 and int(context[known - 1]) != index.tokens[-1]):
         index.reset()
+        index.extend(state.reference)
         known = 0
     index.extend(context[known:].tolist())

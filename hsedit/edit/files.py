@@ -17,7 +17,7 @@ import os
 import stat
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hsedit.errors import FileChangedError, InputFileError
@@ -63,6 +63,11 @@ class SourceFile:
     endings: tuple[str, ...] = ()  # each line's own ending as read: LF, CRLF, or "" (last line)
     bom: bool = False
     identity: FileIdentity | None = None  # None for text that never came from disk
+
+    @classmethod
+    def from_raw(cls, path: str | Path, raw: str) -> SourceFile:
+        """Text as decoded from a file (or sent to the server): any line ends, kept for restore."""
+        return cls(Path(path), raw.replace(CRLF, LF), _endings(raw))
 
     @classmethod
     def from_text(cls, path: str | Path, text: str) -> SourceFile:
@@ -130,7 +135,7 @@ def read_source(path: str | Path) -> SourceFile:
         raw = data[len(codecs.BOM_UTF8) :].decode("utf-8") if bom else data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputFileError(f"not UTF-8 text (bad byte at offset {exc.start}): {path}") from exc
-    return SourceFile(path, raw.replace(CRLF, LF), _endings(raw), bom, identity)
+    return replace(SourceFile.from_raw(path, raw), bom=bom, identity=identity)
 
 
 def check_writable(source: SourceFile) -> None:

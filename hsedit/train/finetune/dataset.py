@@ -3,8 +3,10 @@
 Source files (30–300 lines, no tests, nothing generated) come from the standard library and
 the installed site-packages. Each is cut into self-contained chunks at top-level statement
 boundaries (what an editor shows the model as "the file"), and edit generators turn chunks
-into (before, after, instruction) examples. Whole source files are held out for evaluation:
-a file's split is fixed by a hash of its path, so no file is in both.
+into (before, after, instruction) examples. Whole files (or their top, cut after a top-level
+statement) make examples too, `scope="file"`, since a real edit shows the model a whole file.
+Whole source files are held out for evaluation: a file's split is fixed by a hash of its path,
+so no file is in both.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ import json
 import random
 import sysconfig
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hsedit.train.finetune.edits import GENERATORS, Edit, as_snippet_merge
+from hsedit.train.finetune.edits import FILE_GENERATORS, GENERATORS, Edit, as_snippet_merge, no_change
 
 MIN_FILE_LINES, MAX_FILE_LINES = 30, 300
 MIN_CHUNK_LINES, MAX_CHUNK_LINES = 12, 45
@@ -27,7 +29,25 @@ MAX_LINE_LENGTH = 110
 HELD_OUT_PERCENT = 12
 SNIPPET_MERGE_SHARE = 0.2
 
-HELDOUT = Path(__file__).resolve().parent / "heldout.jsonl"  # the shipped evaluation set
+MIN_WHOLE_FILE_LINES, MAX_WHOLE_FILE_LINES = 50, 200
+# The apply model's context is 8,192 tokens and an example holds the file twice, in the prompt and
+# again as the answer, besides the instruction and the prompt template: files of up to ~2,400
+# tokens leave room for both and for an answer that grows. Tokens are estimated from characters,
+# so generating data needs no tokenizer: Python source runs 3.7 characters a token (median) through
+# SmolLM2's tokenizer, and 3.2 errs on the safe side.
+CHARS_PER_TOKEN = 3.2
+MAX_WHOLE_FILE_TOKENS = 2400
+NO_CHANGE_SHARE = 0.1  # whole files given an instruction that does not apply: the answer is the input
+
+HELDOUT = Path(__file__).resolve().parent / "heldout.jsonl"  # the shipped evaluation set (chunks)
+# The whole-file evaluation set: heldout_whole_files(seed=0) from this project's Python install.
+HELDOUT_FILES = Path(__file__).resolve().parent / "heldout_files.jsonl"
+# Examples per kind in HELDOUT_FILES: renames first, as whole-file renames are what the model failed.
+HELDOUT_FILE_QUOTAS = {
+    "rename_function": 10, "rename_class": 8, "rename_local": 8, "rename_variable": 10, "no_change": 6,
+    "snippet_merge": 4, "change_constant": 3, "delete_function": 3, "add_type_hints": 3,
+    "percent_to_fstring": 3, "remove_debug_print": 3, "add_parameter": 3,
+}  # fmt: skip
 SKIP_PARTS = {"test", "tests", "testing", "idle_test", "site-packages/pip", "__pycache__", "_vendor", "vendored"}
 
 
@@ -40,6 +60,7 @@ class Example:
     after: str
     update: str | None
     split: str  # "train" or "eval"
+    scope: str = "chunk"  # "chunk" (a run of statements) or "file" (a whole file, or its top)
 
 
 def source_roots() -> list[Path]:
@@ -113,7 +134,7 @@ def generate(seed: int = 0, limit_per_kind: int = 150, max_files: int | None = N
     rng.shuffle(files)
     for relative, text in files[:max_files]:
         split = split_of(relative)
-        cap = limit_per_kind if split == "train" else max(6, limit_per_kind * HELD_OUT_PERCENT // 100)
+        cap = limit_per_kind if split == "train" else _eval_cap(limit_per_kind)
         for chunk in chunks(text, rng):
             kinds = list(GENERATORS)
             rng.shuffle(kinds)
@@ -131,8 +152,114 @@ def generate(seed: int = 0, limit_per_kind: int = 150, max_files: int | None = N
     return examples
 
 
-def _example(edit: Edit, path: str, split: str) -> Example:
-    return Example(edit.kind, path, edit.instruction, edit.before, edit.after, edit.update, split)
+def _eval_cap(limit_per_kind: int) -> int:
+    return max(6, limit_per_kind * HELD_OUT_PERCENT // 100)
+
+
+def _example(edit: Edit, path: str, split: str, scope: str = "chunk") -> Example:
+    return Example(edit.kind, path, edit.instruction, edit.before, edit.after, edit.update, split, scope)
+
+
+def estimated_tokens(text: str) -> int:
+    return round(len(text) / CHARS_PER_TOKEN)
+
+
+def _fits_whole(text: str) -> bool:
+    fits_lines = MIN_WHOLE_FILE_LINES <= len(text.splitlines()) <= MAX_WHOLE_FILE_LINES
+    return fits_lines and estimated_tokens(text) <= MAX_WHOLE_FILE_TOKENS
+
+
+def whole_file(text: str) -> str | None:
+    """The file itself if it has MIN..MAX_WHOLE_FILE_LINES lines and fits the token budget; for a
+    larger one, its longest top (whole top-level statements from the first) that does; else None.
+    A top of whole statements is a complete module, as an edited file would be."""
+    if _fits_whole(text):
+        return text
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    lines = text.splitlines(keepends=True)
+    best = None
+    for node in tree.body:
+        top = "".join(lines[: node.end_lineno])
+        if node.end_lineno > MAX_WHOLE_FILE_LINES or estimated_tokens(top) > MAX_WHOLE_FILE_TOKENS:
+            break
+        best = top
+    return best if best is not None and _fits_whole(best) else None
+
+
+def generate_whole_files(
+    seed: int = 0,
+    limit_per_kind: int = 60,
+    max_files: int | None = None,
+    files: Iterable[tuple[str, str]] | None = None,
+) -> list[Example]:
+    """Whole-file examples: up to `limit_per_kind` per kind from train files, the held-out share
+    from eval files. `files` ((relative path, text) pairs) defaults to `source_files()`."""
+    # NO_CHANGE_SHARE of the examples once every other kind (snippet_merge too) is full.
+    limited_kinds = len(FILE_GENERATORS)  # all but no_change, and snippet_merge
+    no_change_per_limit = limited_kinds * NO_CHANGE_SHARE / (1 - NO_CHANGE_SHARE)
+
+    def cap(split: str, kind: str) -> int:
+        limit = limit_per_kind if split == "train" else _eval_cap(limit_per_kind)
+        return round(limit * no_change_per_limit) if kind == "no_change" else limit
+
+    return _whole_file_examples(seed, cap, max_files, files)
+
+
+def heldout_whole_files(seed: int = 0, files: Iterable[tuple[str, str]] | None = None) -> list[Example]:
+    """The whole-file evaluation set (what HELDOUT_FILES holds): eval files only, HELDOUT_FILE_QUOTAS
+    examples per kind, the same ones for the same seed and Python install."""
+    return _whole_file_examples(
+        seed, lambda split, kind: HELDOUT_FILE_QUOTAS.get(kind, 0) if split == "eval" else 0, None, files
+    )
+
+
+def _whole_file_examples(
+    seed: int,
+    cap: Callable[[str, str], int],
+    max_files: int | None,
+    files: Iterable[tuple[str, str]] | None,
+) -> list[Example]:
+    """One example per usable file, until every (split, kind) has `cap(split, kind)` of them."""
+    rng = random.Random(seed)
+    counts: Counter[tuple[str, str]] = Counter()
+    examples: list[Example] = []
+    edit_kinds = [kind for kind in FILE_GENERATORS if kind != "no_change"]
+    all_kinds = [*FILE_GENERATORS, "snippet_merge"]
+
+    def is_open(split: str, kind: str) -> bool:
+        return counts[(split, kind)] < cap(split, kind)
+
+    ordered = list(source_files() if files is None else files)
+    rng.shuffle(ordered)
+    for relative, text in ordered[:max_files]:
+        if not any(is_open(split, kind) for split in ("train", "eval") for kind in all_kinds):
+            break
+        split = split_of(relative)
+        open_kinds = [kind for kind in edit_kinds if is_open(split, kind)]
+        piece = whole_file(text) if open_kinds or is_open(split, "no_change") else None
+        if piece is None:
+            continue
+        edit = None
+        if is_open(split, "no_change") and (not open_kinds or rng.random() < NO_CHANGE_SHARE):
+            edit = no_change(piece, rng)
+        else:
+            rng.shuffle(open_kinds)
+            open_kinds.sort(key=lambda kind: counts[(split, kind)] / cap(split, kind))  # least filled first
+            for kind in open_kinds:
+                edit = FILE_GENERATORS[kind](piece, rng)
+                if edit is not None and edit.before != edit.after:
+                    break
+                edit = None
+            if edit is not None and rng.random() < SNIPPET_MERGE_SHARE and is_open(split, "snippet_merge"):
+                edit = as_snippet_merge(edit) or edit
+        if edit is None:
+            continue
+        counts[(split, edit.kind)] += 1
+        examples.append(_example(edit, relative, split, scope="file"))
+    return examples
 
 
 def save(examples: list[Example], path: str | Path) -> None:

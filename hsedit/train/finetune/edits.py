@@ -1,20 +1,22 @@
 """Instructed edits with exact targets, made from real Python source.
 
-Every generator takes the source of one self-contained chunk of a file and a random
-generator, and returns an `Edit` (before, after, instruction) or None when the chunk offers
-nothing suitable. Edits are token-aware: renames touch NAME tokens only, never strings or
-comments, and skip chunks where the name also appears inside an f-string.
+Every generator takes the source of one self-contained chunk of a file (or a whole file) and
+a random generator, and returns an `Edit` (before, after, instruction) or None when the source
+offers nothing suitable. Edits are token-aware: renames touch NAME tokens only, never strings or
+comments, and skip sources where the name also appears inside an f-string.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import difflib
 import io
 import keyword
 import random
 import re
 import tokenize
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -275,6 +277,11 @@ def change_constant(source: str, rng: random.Random) -> Edit | None:
     return Edit("change_constant", text, source, after)
 
 
+DELETE_INSTRUCTIONS = (
+    "delete the function {f}", "Remove `{f}`; it is not used.", "remove the {f} function", "drop {f} from this file",
+)
+
+
 def delete_function(source: str, rng: random.Random) -> Edit | None:
     tree = _parse(source)
     if tree is None:
@@ -299,7 +306,7 @@ def delete_function(source: str, rng: random.Random) -> Edit | None:
     after = "".join(lines[:start] + lines[end:])
     if _parse(after) is None or not after.strip():
         return None
-    text = rng.choice(("delete the function {f}", "Remove `{f}`; it is not used.", "remove the {f} function", "drop {f} from this file"))
+    text = rng.choice(DELETE_INSTRUCTIONS)
     return Edit("delete_function", text.format(f=node.name), source, after)
 
 
@@ -352,6 +359,12 @@ def _fix_default_spacing(stripped: str, node: ast.AST, original: str) -> str:
     return "".join(lines)
 
 
+FSTRING_INSTRUCTIONS = (
+    "convert the %-formatting to f-strings",
+    "Use f-strings instead of % formatting.",
+    "replace the old-style % string formatting with f-strings",
+    "switch % formatting to f-strings",
+)
 FORMAT_SPEC = re.compile(r"%(\.\d+f|[sdirf])")
 
 
@@ -393,8 +406,16 @@ def percent_to_fstring(source: str, rng: random.Random) -> Edit | None:
         return None
     if _parse(after) is None:
         return None
-    text = rng.choice(("convert the %-formatting to f-strings", "Use f-strings instead of % formatting.", "replace the old-style % string formatting with f-strings", "switch % formatting to f-strings"))
+    text = rng.choice(FSTRING_INSTRUCTIONS)
     return Edit("percent_to_fstring", text, source, after)
+
+
+DEBUG_PRINT_INSTRUCTIONS = (
+    "remove the debug print",
+    "Delete the leftover print statement.",
+    "remove the debugging print in {f}",
+    "get rid of the print I left in {f}",
+)
 
 
 def remove_debug_print(source: str, rng: random.Random) -> Edit | None:
@@ -423,7 +444,7 @@ def remove_debug_print(source: str, rng: random.Random) -> Edit | None:
     noisy = "".join(lines[: stmt.end_lineno] + [indent + debug + "\n"] + lines[stmt.end_lineno :])
     if _parse(noisy) is None:
         return None
-    text = rng.choice(("remove the debug print", "Delete the leftover print statement.", "remove the debugging print in {f}", "get rid of the print I left in {f}"))
+    text = rng.choice(DEBUG_PRINT_INSTRUCTIONS)
     return Edit("remove_debug_print", text.format(f=function.name), noisy, source)
 
 
@@ -500,4 +521,161 @@ GENERATORS: dict[str, Callable[[str, random.Random], Edit | None]] = {
     "percent_to_fstring": percent_to_fstring,
     "remove_debug_print": remove_debug_print,
     "add_parameter": add_parameter,
+}
+
+
+# -- whole files ---------------------------------------------------------------------------
+# A rename on a whole file is asked for in more ways than on a chunk; the chunk set keeps its own
+# templates so that it stays as it was.
+FILE_RENAME_TEMPLATES = RENAME_TEMPLATES + (
+    "rename {old} to {new}",
+    "Rename `{old}` to `{new}` everywhere in this file.",
+    "Rename the {what} `{old}` to `{new}`.",
+    "call the {what} {new} instead of {old}",
+    "replace every use of {old} with {new}",
+    "rename {old} to {new} throughout the file",
+    "use the name {new} for the {what} {old}",
+)
+MIN_FILE_RENAME_USES = 3  # a binding and two uses or more: finding every use is what is hard
+LOOK_ALIKE_WEIGHT = 3  # names that the rename must leave alone elsewhere are what a model gets wrong
+BUILTIN_NAMES = frozenset(dir(builtins))
+
+
+def _renamable(tree: ast.Module, what: str) -> set[str]:
+    """Top-level functions or classes, or variables: names bound by assignment or as parameters,
+    less imports (bound elsewhere), definitions and class attributes (used as attributes)."""
+    if what == "function":
+        return {node.name for node in _top_level(tree, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if what == "class":
+        return {node.name for node in _top_level(tree, ast.ClassDef)}
+    nodes = list(ast.walk(tree))
+    bound = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    bound |= {n.arg for n in nodes if isinstance(n, ast.arg)}
+    defined = {n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    imported = {
+        (alias.asname or alias.name).split(".")[0]
+        for n in nodes
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for alias in n.names
+    }
+    class_attributes = {
+        target.id
+        for n in nodes
+        if isinstance(n, ast.ClassDef)
+        for statement in n.body
+        if isinstance(statement, (ast.Assign, ast.AnnAssign))
+        for target in (statement.targets if isinstance(statement, ast.Assign) else [statement.target])
+        if isinstance(target, ast.Name)
+    }
+    return bound - defined - imported - class_attributes - {"self", "cls"}
+
+
+# A string that reads as a name, a dotted path or a type: "size", "mod.Buffer", "list[Buffer]".
+CODE_LIKE_STRING = re.compile(r"[\w.\[\],|]+")
+
+
+def _quoted_as_code(tokens: list[tokenize.TokenInfo], name: str) -> bool:
+    """Whether a string that reads as code names `name` (`__all__`, getattr, a forward reference):
+    whether such a string should follow a rename is arguable, so its names are not renamed."""
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    for tok in tokens:
+        if tok.type == tokenize.STRING:
+            body = tok.string.lstrip("rRbBuU").strip("'\"")
+            if CODE_LIKE_STRING.fullmatch(body) and word.search(body):
+                return True
+    return False
+
+
+def _has_look_alikes(name: str, identifiers: set[str], prose: str) -> bool:
+    """`size` inside `max_size` (checked for names of 3+ characters: shorter ones are inside nearly
+    everything), or as a word in a comment or a string."""
+    inside_longer = len(name) >= 3 and any(name in other and other != name for other in identifiers)
+    return inside_longer or re.search(rf"\b{re.escape(name)}\b", prose) is not None
+
+
+def rename_everywhere(source: str, rng: random.Random, what: str) -> Edit | None:
+    """Rename a top-level function or class, or a variable, at every use in the file.
+
+    Names used often, and names with look-alikes the rename must leave alone, are picked more
+    often. A name that also occurs as an attribute or a keyword argument is skipped: "everywhere"
+    would be ambiguous there. So in the target every NAME token of the old name is renamed.
+    """
+    tree = _parse(source)
+    if tree is None:
+        return None
+    tokens = _tokens(source)
+    uses = Counter(tok.string for tok in tokens if tok.type == tokenize.NAME)
+    prose = "\n".join(tok.string for tok in tokens if tok.type in (tokenize.COMMENT, tokenize.STRING))
+    candidates = sorted(
+        name
+        for name in _renamable(tree, what)
+        if uses[name] >= MIN_FILE_RENAME_USES
+        and name not in BUILTIN_NAMES
+        and not (name.startswith("__") and name.endswith("__"))
+    )
+    identifiers = set(uses)
+    look_alike = {name for name in candidates if _has_look_alikes(name, identifiers, prose)}
+    weights = [uses[name] * (LOOK_ALIKE_WEIGHT if name in look_alike else 1) for name in candidates]
+    while candidates:
+        pick = rng.choices(range(len(candidates)), weights)[0]
+        old = candidates.pop(pick)
+        weights.pop(pick)
+        if _quoted_as_code(tokens, old):
+            continue
+        target = new_name(old, identifiers, rng, is_class=what == "class")
+        after = target and rename_tokens(source, old, target)
+        if not after or old in _all_names(after) or _parse(after) is None:
+            continue
+        label = ("constant" if old.isupper() else "variable") if what == "variable" else what
+        text = rng.choice(FILE_RENAME_TEMPLATES).format(what=label, old=old, new=target)
+        return Edit(f"rename_{what}", text, source, after)
+    return None
+
+
+# Plausible names for instructions about something a file lacks.
+ABSENT_VERBS = ("load", "parse", "check", "compute", "render", "find", "build", "update")
+ABSENT_NOUNS = ("config", "items", "records", "header", "total", "path", "options", "buffer")
+
+
+def no_change(source: str, rng: random.Random) -> Edit | None:
+    """An instruction that does not apply to the file, whose target is the file as it is: a rename or
+    deletion of a name it never mentions, debug prints removed where it has none, %-formatting
+    converted where it has no % at all."""
+    tree = _parse(source)
+    if tree is None:
+        return None
+    names = _all_names(source)
+
+    def absent(candidates: list[str]) -> list[str]:
+        return [name for name in candidates if re.search(rf"\b{name}\b", source) is None]
+
+    instructions = []
+    missing_functions = absent([f"{verb}_{noun}" for verb in ABSENT_VERBS for noun in ABSENT_NOUNS])
+    missing_variables = absent(list(ABSENT_NOUNS))
+    if missing_functions:
+        missing = rng.choice(missing_functions)
+        instructions.append(rng.choice(DELETE_INSTRUCTIONS).format(f=missing))
+    for what, missing_names in (("function", missing_functions), ("variable", missing_variables)):
+        if not missing_names:
+            continue
+        missing = rng.choice(missing_names)
+        target = new_name(missing, names, rng)
+        if target:
+            instructions.append(rng.choice(FILE_RENAME_TEMPLATES).format(what=what, old=missing, new=target))
+    functions = [n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if "print" not in names and functions:
+        instructions.append(rng.choice(DEBUG_PRINT_INSTRUCTIONS).format(f=rng.choice(functions)))
+    if "%" not in source:
+        instructions.append(rng.choice(FSTRING_INSTRUCTIONS))
+    if not instructions:
+        return None
+    return Edit("no_change", rng.choice(instructions), source, source)
+
+
+FILE_GENERATORS: dict[str, Callable[[str, random.Random], Edit | None]] = {
+    **GENERATORS,
+    "rename_function": lambda s, r: rename_everywhere(s, r, "function"),
+    "rename_class": lambda s, r: rename_everywhere(s, r, "class"),
+    "rename_variable": lambda s, r: rename_everywhere(s, r, "variable"),
+    "no_change": no_change,
 }

@@ -1,7 +1,8 @@
 """How well a model edits: held-out examples through the real engine, scored per edit kind.
 
 Per kind: exact-match rate (the extracted file equals the target), the share of the
-target's unchanged lines that the output reproduces exactly, parse rate, and mean similarity.
+target's unchanged lines that the output reproduces exactly, parse rate, mean similarity, and
+the cut-off rate (answers that ran to max_tokens, as a model that loops on a file does).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Score:
     unchanged_total: int
     parses: bool
     similarity: float
+    cut_off: bool = False  # the answer ran to max_tokens before the file was complete
 
 
 @dataclass
@@ -54,10 +56,11 @@ class KindReport:
             "unchanged_lines_kept": round(self.unchanged_kept, 3),
             "parses": round(self.mean("parses"), 3),
             "similarity": round(self.mean("similarity"), 3),
+            "cut_off": round(self.mean("cut_off"), 3),
         }
 
 
-def score(example: Example, output: str) -> Score:
+def score(example: Example, output: str, cut_off: bool = False) -> Score:
     target = example.after.splitlines(keepends=True)
     before = example.before.splitlines(keepends=True)
     unchanged = set()
@@ -79,6 +82,7 @@ def score(example: Example, output: str) -> Score:
         unchanged_total=len(unchanged),
         parses=parses,
         similarity=difflib.SequenceMatcher(a=example.after, b=output, autojunk=False).ratio(),
+        cut_off=cut_off,
     )
 
 
@@ -100,7 +104,9 @@ def evaluate(engine: Engine, examples: Sequence[Example], batch_size: int = 8) -
                 output = finish_edit(job, generation, request).new_text
             except OutputTruncatedError:  # scored as it stands: a cut-off file is simply wrong
                 output = extract_file(generation.text, example.before).text
-            reports.setdefault(example.kind, KindReport(example.kind)).scores.append(score(example, output))
+            cut_off = generation.stats.finish_reason == "length"
+            report = reports.setdefault(example.kind, KindReport(example.kind))
+            report.scores.append(score(example, output, cut_off))
     return sorted(reports.values(), key=lambda r: r.kind)
 
 

@@ -1,0 +1,88 @@
+"""`hsedit serve`: start the engine once, serve it until SIGTERM or Ctrl-C.
+
+uvicorn stops taking connections on SIGTERM/SIGINT and lets the requests in flight finish for
+up to `GRACEFUL_SHUTDOWN_S`; then the worker aborts what is left, the engine closes, exit 0.
+(uvicorn re-raises the signal once it is done, to whatever handler was there before it: ours
+turns that into a clean exit, where the default would kill the process.)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import socket
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+
+from hsedit.engine.engine import Engine, EngineOptions
+from hsedit.errors import UsageError
+from hsedit.server.app import ServerSettings, create_app
+from hsedit.server.worker import EngineWorker
+
+GRACEFUL_SHUTDOWN_S = 30
+
+
+def check_exposure(host: str, api_key: str | None) -> None:
+    """A server reachable from other machines runs anyone's prompts on this one: demand a key."""
+    if api_key is None and not is_loopback(host):
+        raise UsageError(f"--host {host} is reachable from other machines: set --api-key (or HSEDIT_API_KEY)")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def serve(
+    options: EngineOptions,
+    settings: ServerSettings,
+    *,
+    host: str,
+    port: int,
+    on_ready: Callable[[str], None] = print,
+) -> None:
+    import uvicorn
+
+    check_exposure(host, settings.api_key)
+    _check_port_free(host, port)
+    engine = Engine(options)
+    worker = EngineWorker(engine, max_queue=settings.max_queue)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        worker.start()
+        on_ready(f"http://{host}:{port}")
+        try:
+            yield
+        finally:
+            worker.stop(abort=True)
+            engine.close()
+
+    app = create_app(worker, settings)
+    app.router.lifespan_context = lifespan
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        access_log=False,
+    )
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, _exit_cleanly)
+    uvicorn.Server(config).run()
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Before the engine's seconds of start-up: a port in use is one line, not a late traceback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise UsageError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None

@@ -1,0 +1,176 @@
+"""OpenAI's chat-completions shapes: a request body in, a GenerationRequest out; a finished (or
+streaming) generation in, OpenAI's response objects out. Pure functions, tested without a server.
+
+Predicted Outputs (`prediction: {"type": "content", "content": ...}`) seed the request's copy
+drafter with the predicted text, as the original file does for `hsedit apply`; the answer is
+still exactly the model's. `usage.completion_tokens_details` counts, as OpenAI defines them for
+a request with a prediction: `accepted_prediction_tokens` = draft tokens of the copy drafter
+(which copies from the prediction and from the conversation) that the model kept;
+`rejected_prediction_tokens` = the copy drafter's draft tokens it verified and rejected. Both
+are 0 without a prediction (as OpenAI reports them), and with a drafter that does not copy.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from hsedit.drafting.chain import NGRAM
+from hsedit.engine.requests import GenerationRequest
+from hsedit.engine.stats import RequestStats
+
+ROLES = ("system", "developer", "user", "assistant")
+
+
+class BadRequest(ValueError):
+    """The body is not a chat completion request hsedit can run: HTTP 400 with this message."""
+
+
+class UnknownModel(LookupError):
+    """The request names another model than the one served: HTTP 404."""
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: list[dict[str, str]]
+    generation: GenerationRequest  # its prompt is filled in by the server (the chat template)
+    stream: bool
+    include_usage: bool
+    has_prediction: bool
+
+
+def parse_chat_request(body: Any, *, served_model: str, max_tokens_limit: int) -> ChatRequest:
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != served_model:
+        raise UnknownModel(f"the model {model!r} is not served here; this server serves {served_model!r}")
+    messages = _messages(body.get("messages"))
+    n = body.get("n", 1)
+    if n not in (1, None):
+        raise BadRequest("n must be 1: this server returns one choice")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is None:
+        max_tokens = max_tokens_limit
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise BadRequest("max_tokens must be a positive integer")
+    if max_tokens > max_tokens_limit:
+        raise BadRequest(f"max_tokens is {max_tokens}; this server allows at most {max_tokens_limit}")
+    temperature = body.get("temperature", 0.0)  # greedy by default: an editing server
+    if temperature is None:
+        temperature = 0.0
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
+        raise BadRequest("temperature must be a number from 0 to 2")
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise BadRequest("seed must be an integer")
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)):
+        raise BadRequest("stop must be a string or a list of non-empty strings")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("stream must be true or false")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise BadRequest("stream_options must be an object")
+    prediction = _prediction(body.get("prediction"))
+    generation = GenerationRequest(
+        prompt="", max_tokens=max_tokens, temperature=float(temperature), seed=seed, stop=stop, prediction=prediction
+    )
+    return ChatRequest(messages, generation, stream, bool(options.get("include_usage")), prediction is not None)
+
+
+def _messages(value: Any) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not value:
+        raise BadRequest("messages must be a non-empty list")
+    out = []
+    for i, message in enumerate(value):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            raise BadRequest(f"messages[{i}] needs a role: one of {', '.join(ROLES)}")
+        role = "system" if message["role"] == "developer" else message["role"]
+        out.append({"role": role, "content": _text(message.get("content"), f"messages[{i}].content")})
+    return out
+
+
+def _prediction(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") != "content":
+        raise BadRequest('prediction must be {"type": "content", "content": ...}')
+    return _text(value.get("content"), "prediction.content") or None
+
+
+def _text(content: Any, where: str) -> str:
+    """A content field: a string, or a list of {"type": "text", "text": ...} parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str) for part in content
+    ):
+        return "".join(part["text"] for part in content)
+    raise BadRequest(f"{where} must be a string or a list of text parts")
+
+
+def completion_id() -> str:
+    return "chatcmpl-" + uuid.uuid4().hex
+
+
+def usage(stats: RequestStats, has_prediction: bool) -> dict:
+    accepted = stats.accepted[NGRAM] if has_prediction else 0
+    rejected = stats.drafted[NGRAM] - accepted if has_prediction else 0
+    return {
+        "prompt_tokens": stats.prompt_tokens,
+        "completion_tokens": stats.completion_tokens,
+        "total_tokens": stats.prompt_tokens + stats.completion_tokens,
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": rejected,
+        },
+    }
+
+
+def finish_reason(stats: RequestStats) -> str:
+    return "length" if stats.finish_reason == "length" else "stop"
+
+
+def completion(cid: str, model: str, text: str, stats: RequestStats, has_prediction: bool) -> dict:
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": finish_reason(stats),
+                "logprobs": None,
+            }
+        ],
+        "usage": usage(stats, has_prediction),
+    }
+
+
+def chunk(cid: str, model: str, delta: dict, finish: str | None = None, usage_: dict | None = None) -> dict:
+    """One streamed chunk; the usage chunk (stream_options.include_usage) has no choices."""
+    body: dict[str, Any] = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [] if usage_ is not None else [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
+    if usage_ is not None:
+        body["usage"] = usage_
+    return body
+
+
+def error_body(message: str, kind: str, exit_code: int | None = None) -> dict:
+    error: dict[str, Any] = {"message": message, "type": kind}
+    if exit_code is not None:
+        error["exit_code"] = exit_code
+    return {"error": error}

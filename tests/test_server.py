@@ -1,0 +1,300 @@
+"""`hsedit serve` on the real engine, started as users start it (a subprocess on a free loopback
+port), and its clients: the official `openai` client, `hsedit apply/batch --server`, raw HTTP."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+from hsedit.apply import EditJob, EmbeddedRunner, finish_edit, run_edit
+from hsedit.edit.files import SourceFile
+from hsedit.engine.engine import GenerationRequest
+from hsedit.errors import HseditError
+from hsedit.train.finetune.dataset import heldout_sample
+
+pytestmark = pytest.mark.engine
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+KEY = "test-key-123"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *args: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(os.devnull, "w")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "hsedit.cli", "serve", "--port", str(self.port), *args],
+            stdout=self.log, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            assert self.process.poll() is None, self.process.stderr.read()
+            try:
+                urllib.request.urlopen(self.url + "/health", timeout=1)
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise AssertionError("the server did not come up")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=120)
+        self.log.close()
+        return code
+
+
+@pytest.fixture(scope="module")
+def server():
+    running = Server()  # the default: hybrid drafter, no key, loopback
+    yield running
+    assert running.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def guarded_server():
+    """Drafting off, a key, and room for one request at a time."""
+    running = Server("--drafter", "none", "--api-key", KEY, "--max-queue", "1", "--max-body-bytes", "4096")
+    yield running
+    if running.process.poll() is None:
+        running.stop()
+
+
+def _post(url, body, key=None, raw=None):
+    data = raw if raw is not None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, response.read().decode(), response.headers
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(), error.headers
+
+
+def _metric(url, name, key=None):
+    request = urllib.request.Request(url + "/metrics")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    text = urllib.request.urlopen(request, timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def _repeat_messages(code):
+    return [{"role": "user", "content": "Repeat this code exactly:\n```python\n" + code + "```"}]
+
+
+def test_openai_client_with_a_prediction_matches_the_embedded_engine(server, hybrid_engine):
+    code = (EXAMPLES / "inventory.py").read_text()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    (model,) = [m.id for m in client.models.list()]
+    messages = _repeat_messages(code)
+    answer = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=200, prediction={"type": "content", "content": code}
+    )
+    streamed, usage = "", None
+    for chunk in client.chat.completions.create(
+        model=model, messages=messages, max_tokens=200, prediction={"type": "content", "content": code},
+        stream=True, stream_options={"include_usage": True},
+    ):
+        if chunk.choices:
+            streamed += chunk.choices[0].delta.content or ""
+        usage = chunk.usage or usage
+    prompt = hybrid_engine.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    (embedded,) = hybrid_engine.generate([GenerationRequest(prompt, max_tokens=200)])
+    assert answer.choices[0].message.content == streamed == embedded.text
+    details = answer.usage.completion_tokens_details
+    assert details.accepted_prediction_tokens > 0.5 * answer.usage.completion_tokens  # it copied the prediction
+    assert details.rejected_prediction_tokens >= 0
+    assert usage.completion_tokens_details.accepted_prediction_tokens == details.accepted_prediction_tokens
+    assert answer.usage.prompt_tokens == embedded.stats.prompt_tokens
+    plain = client.chat.completions.create(model=model, messages=messages, max_tokens=200)
+    assert plain.choices[0].message.content == embedded.text  # the prediction never changes the answer
+    assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0  # none without one, as OpenAI
+
+
+def test_apply_through_the_server_prints_what_the_embedded_engine_does(server, hybrid_engine, tmp_path):
+    path = tmp_path / "temperature.py"
+    path.write_text((EXAMPLES / "temperature.py").read_text())
+    instruction = "set FREEZING_F to 32.5"
+    done = subprocess.run(
+        [sys.executable, "-m", "hsedit.cli", "apply", str(path), instruction, "--json", "--server", server.url],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    remote = json.loads(done.stdout)
+    job = EditJob.for_source(SourceFile.from_text("temperature.py", path.read_text()), "temperature.py", instruction)
+    local = run_edit(EmbeddedRunner(hybrid_engine), job)
+    assert remote["new_text"] == local.new_text and remote["diff"] == local.diff
+    assert "FREEZING_F = 32.5" in remote["new_text"]
+    assert remote["stats"]["drafters"]["ngram"]["accepted"] > 0
+
+
+def _eight_files(directory: Path) -> list[tuple[str, str]]:
+    tasks = [
+        ("inventory.py", "change the apple's price in the example stock to 0.6"),
+        ("shapes.py", "rename the class Rectangle to Box"),
+        ("temperature.py", "set FREEZING_F to 32.5"),
+        ("textstats.py", "remove debug print statements"),
+    ]
+    for name, _ in tasks:
+        (directory / name).write_text((EXAMPLES / name).read_text())
+    for i, example in enumerate(heldout_sample(4)):
+        name = f"held{i}{Path(example.path).suffix}"
+        (directory / name).write_text(example.before)
+        tasks.append((name, example.instruction))
+    return tasks
+
+
+def test_eight_concurrent_edits_are_each_their_own_and_exact(server, plain_engine, tmp_path):
+    tasks = _eight_files(tmp_path)
+    results: dict[str, dict] = {}
+
+    def edit(name: str, instruction: str) -> None:
+        code = (tmp_path / name).read_text()
+        status, text, _ = _post(server.url + "/v1/apply", {"path": name, "code": code, "instruction": instruction})
+        assert status == 200, text
+        lines = [json.loads(line) for line in text.splitlines()]
+        results[name] = lines[-1]
+
+    threads = [threading.Thread(target=edit, args=task) for task in tasks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == sorted(name for name, _ in tasks)  # none lost
+    # Drafting off, the same eight at once (plain decoding is not batch-invariant on fp32 CPU
+    # kernels, so the comparison is at the same concurrency).
+    jobs = [EditJob.for_source(SourceFile.from_text(n, (tmp_path / n).read_text()), n, i) for n, i in tasks]
+    for done in EmbeddedRunner(plain_engine).generate(jobs, max_in_flight=len(jobs)):
+        job = jobs[done.index]
+        result = results[job.display_path]
+        try:
+            expected = finish_edit(job, done.generation, done.request)
+        except HseditError as error:  # a runaway answer is cut off the same way
+            assert (result["type"], result["exit_code"], result["message"]) == ("error", error.exit_code, str(error))
+            continue
+        assert result["type"] == "result", result
+        assert result["new_text"] == expected.new_text, job.display_path  # exact, and its own file's
+        assert result["diff"] == "" or result["diff"].startswith(f"--- a/{job.display_path}\n")
+
+
+def test_batch_and_hook_clients_run_on_the_server(server, tmp_path):
+    tasks = _eight_files(tmp_path)
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text("".join(json.dumps({"path": n, "instruction": i}) + "\n" for n, i in tasks))
+    done = subprocess.run(
+        [sys.executable, "-m", "hsedit.cli", "batch", str(task_file), "--patch", str(tmp_path / "all.diff")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "HSEDIT_SERVER": server.url},
+    )
+    assert done.returncode in (0, 1), done.stderr  # 1: some edit failed its checks, reported per task
+    rows = [json.loads(line) for line in (tmp_path / "tasks.jsonl.results.jsonl").read_text().splitlines()]
+    assert sorted(r["path"] for r in rows) == sorted(n for n, _ in tasks)
+    assert any(r["status"] == "ok" for r in rows)
+
+
+def test_a_client_killed_mid_stream_leaves_the_server_serving(guarded_server):
+    url = guarded_server.url
+    aborted_before = _metric(url, "hsedit_requests_aborted_total", KEY)
+    client = subprocess.Popen([sys.executable, "-c", f"""
+import json, sys, urllib.request
+body = json.dumps({{"messages": [{{"role": "user", "content": "Write a long story about a dragon."}}],
+                   "max_tokens": 600, "stream": True}}).encode()
+request = urllib.request.Request("{url}/v1/chat/completions", data=body,
+    headers={{"Content-Type": "application/json", "Authorization": "Bearer {KEY}"}})
+response = urllib.request.urlopen(request)
+response.readline()
+print("streaming", flush=True)
+sys.stdin.read()
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert client.stdout.readline().strip() == "streaming"
+    client.kill()
+    client.wait()
+    deadline = time.time() + 30
+    while _metric(url, "hsedit_requests_aborted_total", KEY) == aborted_before:
+        assert time.time() < deadline, "the request of the killed client was not aborted"
+        time.sleep(0.2)
+    assert _metric(url, "hsedit_requests_running", KEY) == 0
+    status, text, _ = _post(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                          "max_tokens": 8}, KEY)
+    assert status == 200 and json.loads(text)["choices"][0]["message"]["content"]
+
+
+def test_bad_requests_get_their_status_and_one_message(guarded_server):
+    url = guarded_server.url
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+    cases = [
+        (_post(url + "/v1/chat/completions", chat), 401),  # no key
+        (_post(url + "/v1/chat/completions", chat, "wrong-key"), 401),
+        (_post(url + "/v1/chat/completions", None, KEY, raw=b"{not json"), 400),
+        (_post(url + "/v1/chat/completions", {**chat, "max_tokens": 10**9}, KEY), 400),
+        (_post(url + "/v1/chat/completions", {"messages": []}, KEY), 400),
+        (_post(url + "/v1/apply", {"path": "a.py", "code": "x = 1\n" * 2000, "instruction": "x"}, KEY), 413),
+        (_post(url + "/v1/apply", {"path": "a.py", "code": "x = 1\n", "instruction": " "}, KEY), 400),
+    ]
+    for (status, text, _), expected in cases:
+        assert status == expected, text
+        error = json.loads(text)["error"]
+        assert error["message"] and "\n" not in error["message"]
+    health = urllib.request.urlopen(url + "/health", timeout=5)  # open without a key
+    assert json.loads(health.read())["drafter"] == "none"
+
+
+def test_a_full_queue_gets_429_with_retry_after(guarded_server):
+    url = guarded_server.url
+    body = json.dumps({"messages": [{"role": "user", "content": "Write a long story about a dragon."}],
+                       "max_tokens": 200, "stream": True}).encode()
+    request = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(request, timeout=120) as first:
+        first.readline()  # admitted: the one place is taken while it generates
+        status, text, headers = _post(url + "/v1/chat/completions",
+                                      {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}, KEY)
+        assert status == 429, text
+        assert headers.get("Retry-After") == "1"
+        rest = first.read().decode()
+    assert rest.rstrip().endswith("data: [DONE]")
+
+
+def test_sigterm_finishes_what_runs_and_exits_0(guarded_server):
+    url = guarded_server.url
+    outcome = {}
+
+    def long_request():
+        outcome["answer"] = _post(url + "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Write a story about a dragon."}], "max_tokens": 64}, KEY)
+
+    thread = threading.Thread(target=long_request)
+    thread.start()
+    deadline = time.time() + 30
+    while _metric(url, "hsedit_requests_running", KEY) == 0:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    assert guarded_server.stop() == 0
+    thread.join(timeout=60)
+    status, text, _ = outcome["answer"]
+    assert status == 200 and json.loads(text)["usage"]["completion_tokens"] > 0  # it was finished, not cut
+
+
+def test_a_public_host_needs_a_key():
+    done = subprocess.run([sys.executable, "-m", "hsedit.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "HSEDIT_API_KEY": ""})
+    assert done.returncode == 2
+    assert "--api-key" in done.stderr and len(done.stderr.strip().splitlines()) == 1
