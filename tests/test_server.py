@@ -136,7 +136,7 @@ def test_apply_through_the_server_prints_what_the_embedded_engine_does(server, h
     instruction = "set FREEZING_F to 32.5"
     done = subprocess.run(
         [sys.executable, "-m", "hsedit.cli", "apply", str(path), instruction, "--json", "--server", server.url],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     remote = json.loads(done.stdout)
@@ -202,7 +202,7 @@ def test_batch_and_hook_clients_run_on_the_server(server, tmp_path):
     task_file.write_text("".join(json.dumps({"path": n, "instruction": i}) + "\n" for n, i in tasks))
     done = subprocess.run(
         [sys.executable, "-m", "hsedit.cli", "batch", str(task_file), "--patch", str(tmp_path / "all.diff")],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "HSEDIT_SERVER": server.url},
+        check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "HSEDIT_SERVER": server.url},
     )
     assert done.returncode in (0, 1), done.stderr  # 1: some edit failed its checks, reported per task
     rows = [json.loads(line) for line in (tmp_path / "tasks.jsonl.results.jsonl").read_text().splitlines()]
@@ -295,6 +295,6 @@ def test_sigterm_finishes_what_runs_and_exits_0(guarded_server):
 
 def test_a_public_host_needs_a_key():
     done = subprocess.run([sys.executable, "-m", "hsedit.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "HSEDIT_API_KEY": ""})
+                          check=False, capture_output=True, text=True, timeout=60, env={**os.environ, "HSEDIT_API_KEY": ""})
     assert done.returncode == 2
     assert "--api-key" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -7,7 +7,13 @@ from hsedit.config import load_config
 from hsedit.drafting.chain import DSPARK, NGRAM, StepRecord
 from hsedit.engine.requests import StepEvent
 from hsedit.engine.stats import RequestStats
-from hsedit.errors import ContextTooLongError, OutputTruncatedError, ServerError, UsageError, error_for_exit_code
+from hsedit.errors import (
+    ContextTooLongError,
+    OutputTruncatedError,
+    ServerError,
+    UsageError,
+    error_for_exit_code,
+)
 from hsedit.server import openai_api, wire
 from hsedit.server.main import check_exposure, is_loopback
 from hsedit.server.metrics import Metrics
@@ -146,7 +152,7 @@ def run_cli(*args, cwd):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "hsedit.cli", *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+    return subprocess.run([sys.executable, "-m", "hsedit.cli", *args], check=False, capture_output=True, text=True, timeout=60, cwd=cwd)
 
 
 def test_an_unreachable_server_is_one_line_and_exit_10(tmp_path):
