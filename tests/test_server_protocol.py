@@ -85,7 +85,7 @@ def test_the_client_reads_back_the_events_the_server_streamed():
     from hsedit.engine.requests import GenerationRequest
 
     reader = wire.StreamReader(index=3)
-    reader.feed(wire.start_message("r1", GenerationRequest([1] * 30, max_tokens=99), 30, 0.02))
+    reader.feed(wire.start_message("r1", GenerationRequest([1] * 30, max_tokens=99), 0.02))
     rebuilt = [reader.feed(wire.step_message(event)) for event in events]
     assert [e.record for e in rebuilt] == records
     assert [e.pieces for e in rebuilt] == [e.pieces for e in events]

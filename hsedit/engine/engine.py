@@ -114,7 +114,6 @@ class Engine:
             self._ids = itertools.count()
             self._running: dict[str, _Tracked] = {}  # request id -> state, until it finishes
             self.cost_table: CostTable | None = None  # profiling streams requests, which read it
-            self.cost_table_reused = False  # whether the table came from an earlier start's profile
             self.cost_table = self._cost_table() if options.profile_costs else None
             if self.proposer is not None and self.cost_table is not None:
                 self.proposer.set_costs(list(self.cost_table.tokens), list(self.cost_table.seconds))
@@ -198,7 +197,7 @@ class Engine:
         return core
 
     def _cost_table(self) -> CostTable:
-        table, self.cost_table_reused = cached_table(self._cost_key(), cache_dir() / "costs", self._profile_costs)
+        table, _ = cached_table(self._cost_key(), cache_dir() / "costs", self._profile_costs)
         return table
 
     def _cost_key(self) -> dict:

@@ -236,7 +236,7 @@ async def _chat_chunks(feed: EventFeed, cid: str, model: str, chat: openai_api.C
 
 async def _apply_lines(feed: EventFeed, job: EditJob, max_deletion: float, plain_step: float | None) -> AsyncIterator[str]:
     admitted = feed.admitted
-    yield _line(wire.start_message(admitted.request_id, admitted.request, len(admitted.request.prompt), plain_step))
+    yield _line(wire.start_message(admitted.request_id, admitted.request, plain_step))
     generation = Generation()
     try:
         async for event in feed.events():

@@ -52,11 +52,12 @@ def apply_body(
 
 
 # -- server side -------------------------------------------------------------------------------
-def start_message(request_id: str, request: GenerationRequest, prompt_tokens: int, plain_step_s: float | None) -> dict:
+def start_message(request_id: str, request: GenerationRequest, plain_step_s: float | None) -> dict:
+    """`request` as the engine took it: its prompt is token ids."""
     return {
         "type": START,
         "request_id": request_id,
-        "prompt_tokens": prompt_tokens,
+        "prompt_tokens": len(request.prompt),
         "max_tokens": request.max_tokens,
         "plain_step_s": plain_step_s,
     }
