@@ -320,6 +320,8 @@ def finetune_train(
     rank: Annotated[int, typer.Option(min=1)] = 16,
     learning_rate: Annotated[float, typer.Option()] = 4e-4,
     max_tokens: Annotated[int, typer.Option(help="Skip examples longer than this (prompt + answer); whole files need ~6000.", min=64)] = 1024,
+    init_adapter: Annotated[Optional[Path], typer.Option(help="Continue training this adapter (e.g. hsedit/models/apply-lora) instead of a new one.")] = None,
+    bf16: Annotated[bool, typer.Option(help="bf16 autocast (faster on CPUs with AVX-512 BF16).")] = False,
 ) -> None:
     """LoRA fine-tune of the apply model (CPU or GPU: torch decides)."""
     from hsedit.engine.provision import resolve_model
@@ -329,8 +331,10 @@ def finetune_train(
     config = TrainConfig(
         data=str(data), base_model=base_dir, output=str(out), rank=rank, alpha=2 * rank,
         learning_rate=learning_rate, epochs=epochs, time_budget_s=minutes * 60 if minutes else None,
-        max_tokens=max_tokens,
+        max_tokens=max_tokens, init_adapter=str(init_adapter) if init_adapter else None, bf16=bf16,
     )
+    if init_adapter and not (init_adapter / "adapter_config.json").is_file():
+        raise UsageError(f"not a LoRA adapter directory (no adapter_config.json): {init_adapter}")
     summary = train(config, log=typer.echo)
     typer.echo(json.dumps(summary))
 

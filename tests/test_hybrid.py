@@ -11,10 +11,14 @@ from hypothesis import strategies as st
 
 from hsedit.drafting.chain import DSPARK, NGRAM, CopyFeatures, DraftChain
 from hsedit.drafting.copy_acceptance import (
+    MAX_OFFSET,
+    PRIOR_POSITIONS,
     CopyAcceptanceModel,
+    RequestOffset,
     VerifiedChain,
     fit_model,
     labelled_positions,
+    map_offset,
 )
 from hsedit.drafting.hybrid import (
     HybridSelector,
@@ -317,18 +321,33 @@ def test_a_kink_in_the_step_costs_does_not_price_out_slots_that_pay():
 
 def test_a_requests_copy_estimates_follow_what_its_verification_shows():
     """The fit is for general text; a request whose copies are always kept learns to trust them
-    more, one whose copies are always cut learns to trust them less."""
+    more, one whose copies are always cut learns to trust them less, within a few steps."""
     model = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
     f = CopyFeatures(match_len=4, num_candidates=2, candidates_agree=True, source_distance=120)
-    kept = cut = 0.0
-    for _ in range(10):
-        kept = model.adapt(kept, VerifiedChain(f, drafted=12, accepted=12))
-        cut = model.adapt(cut, VerifiedChain(f, drafted=12, accepted=0))
+    kept, cut = RequestOffset(), RequestOffset()
+    for _ in range(3):
+        kept.observe(model, VerifiedChain(f, drafted=12, accepted=12))
+        cut.observe(model, VerifiedChain(f, drafted=12, accepted=0))
     base = model.survival(f, 12)
     assert model.survival(f, 12, 0.0) == base
-    assert all(a > b for a, b in zip(model.survival(f, 12, kept), base))
-    assert all(a < b for a, b in zip(model.survival(f, 12, cut), base))
-    assert model.adapt(0.0, VerifiedChain(f, drafted=0, accepted=0)) == 0.0  # nothing verified, nothing learnt
+    assert all(a > b for a, b in zip(model.survival(f, 12, kept.value), base))
+    assert model.survival(f, 12, kept.value)[-1] > 0.5 > base[-1]  # three steps move the 12th slot from 0.32
+    assert all(a < b for a, b in zip(model.survival(f, 12, cut.value), base))
+    nothing = RequestOffset(prior=0.5)
+    assert nothing.observe(model, VerifiedChain(f, drafted=0, accepted=0)) == 0.5  # nothing verified, nothing learnt
+
+
+def test_the_offset_is_the_minimum_of_its_penalised_log_loss():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0.5, 1.5, 200)
+    labels = (rng.random(200) < 0.9).astype(float)
+    found = map_offset(logits, labels, prior=-0.3)
+    grid = np.linspace(-MAX_OFFSET, MAX_OFFSET, 8001)
+    z = logits[None, :] + grid[:, None]
+    loss = np.sum(np.logaddexp(0, z) - labels * z, axis=1) + PRIOR_POSITIONS / 8 * (grid + 0.3) ** 2
+    assert found == pytest.approx(grid[np.argmin(loss)], abs=2e-3)
+    assert map_offset(logits[:0], labels[:0], prior=-0.3) == pytest.approx(-0.3)  # no data: the prior
+    assert map_offset(np.full(50, 3.0), np.zeros(50), prior=0.0) == -MAX_OFFSET  # clamped
 
 
 @settings(max_examples=60, deadline=None)

@@ -24,8 +24,11 @@ import numpy as np
 from hsedit.drafting.chain import CopyFeatures
 
 MATCH_CAP = 8
-ADAPT_RATE = 0.1  # per verified position, in logits
-MAX_OFFSET = 4.0
+MAX_OFFSET = 4.0  # a request's logit shift stays within +-MAX_OFFSET
+# The prior on a request's offset weighs as much as this many verified positions at p = 1/2
+# (each adds p(1 - p) <= 1/4 to the curvature): a few steps of the request outweigh it.
+PRIOR_POSITIONS = 2
+ADAPT_WINDOW = 256  # the request's latest verified positions its offset is fit on
 FEATURE_NAMES = ("bias", "log_match", "agree", "log1p_extent", "position", "first")
 
 
@@ -76,23 +79,12 @@ class CopyAcceptanceModel:
     fit_on: str = ""  # what data
 
     def conditional(self, features: CopyFeatures, length: int, offset: float = 0.0) -> np.ndarray:
-        """[length] p_k for positions 1..length; `offset` shifts the logit (see `adapt`)."""
+        """[length] p_k for positions 1..length; `offset` shifts the logit (a request's `RequestOffset`)."""
         z = position_features(features, length) @ np.asarray(self.coefficients) + offset
         return 1.0 / (1.0 + np.exp(-z))
 
     def survival(self, features: CopyFeatures, length: int, offset: float = 0.0) -> list[float]:
         return np.cumprod(self.conditional(features, length, offset)).tolist()
-
-    def adapt(self, offset: float, chain: VerifiedChain) -> float:
-        """One request's logit offset after one more verified copy chain: a gradient step on the
-        log-loss of its verified positions. The fit is for general text; an edit that copies a
-        file unchanged accepts more than that, a rewrite less, and a few steps of a request show
-        which it is. Verification outcomes only ever shape later steps, so output stays exact."""
-        rows, labels, _ = labelled_positions([chain])
-        if not len(labels):
-            return offset
-        predicted = 1.0 / (1.0 + np.exp(-(rows @ np.asarray(self.coefficients) + offset)))
-        return float(np.clip(offset + ADAPT_RATE * float(np.sum(labels - predicted)), -MAX_OFFSET, MAX_OFFSET))
 
     def predict_rows(self, rows: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-(rows @ np.asarray(self.coefficients))))
@@ -108,6 +100,50 @@ class CopyAcceptanceModel:
         if tuple(data["features"]) != FEATURE_NAMES:
             raise ValueError(f"{path}: coefficients are for features {data['features']}, not {list(FEATURE_NAMES)}")
         return cls(tuple(float(c) for c in data["coefficients"]), data.get("model", ""), data.get("fit_on", ""))
+
+
+class RequestOffset:
+    """One request's logit shift of the copy acceptance model, fit to its own verified copies.
+
+    The model is fit on general text; an edit that copies a file unchanged keeps nearly every
+    copied token, a rewrite few, and which one a request is shows after a few steps. The offset
+    is the MAP estimate under a Gaussian prior centred on `prior` (what finished requests learnt):
+        o* = argmin_o sum_i [log(1 + e^(z_i + o)) - y_i (z_i + o)] + w/2 (o - prior)^2
+    over the request's latest ADAPT_WINDOW verified positions (logit z_i of the fit, label y_i),
+    by Newton's method: it is one convex parameter. A fixed-step update takes tens of steps to
+    move a request whose copies always survive, and meanwhile the price cuts its chains short.
+    Verification outcomes only ever shape later steps, so the output stays exact."""
+
+    def __init__(self, prior: float = 0.0) -> None:
+        self.prior = prior
+        self.value = prior
+        self._logits: np.ndarray = np.empty(0)  # [n <= ADAPT_WINDOW]
+        self._labels: np.ndarray = np.empty(0)  # [n]
+
+    def observe(self, model: CopyAcceptanceModel, chain: VerifiedChain) -> float:
+        """Add one verified chain's judged positions and refit; returns the new offset."""
+        rows, labels, _ = labelled_positions([chain])
+        if not len(labels):
+            return self.value
+        self._logits = np.concatenate([self._logits, rows @ np.asarray(model.coefficients)])[-ADAPT_WINDOW:]
+        self._labels = np.concatenate([self._labels, labels])[-ADAPT_WINDOW:]
+        self.value = map_offset(self._logits, self._labels, self.prior, start=self.value)
+        return self.value
+
+
+def map_offset(logits: np.ndarray, labels: np.ndarray, prior: float, start: float | None = None) -> float:
+    """The offset o minimising the log-loss of sigmoid(logits + o) plus the prior's quadratic."""
+    weight = PRIOR_POSITIONS / 4
+    o = prior if start is None else start
+    for _ in range(20):
+        p = 1.0 / (1.0 + np.exp(-(logits + o)))
+        gradient = float(np.sum(p - labels)) + weight * (o - prior)
+        curvature = float(np.sum(p * (1 - p))) + weight
+        step = gradient / curvature
+        o = float(np.clip(o - step, -MAX_OFFSET, MAX_OFFSET))
+        if abs(step) < 1e-6:
+            break
+    return o
 
 
 def fit(rows: np.ndarray, labels: np.ndarray, l2: float = 1e-3, iterations: int = 50) -> np.ndarray:

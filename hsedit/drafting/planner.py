@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hsedit.drafting.chain import DSPARK, NGRAM, PROBE, DraftChain, StepRecord
-from hsedit.drafting.copy_acceptance import CopyAcceptanceModel, VerifiedChain
+from hsedit.drafting.copy_acceptance import CopyAcceptanceModel, RequestOffset, VerifiedChain
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
 from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, CopyIndex
@@ -51,7 +51,7 @@ class _RequestState:
     pending_price: float | None = None
     records: list[StepRecord] = field(default_factory=list)
     model_estimate: list[float] | None = None  # expected survival of its next DSpark chain
-    copy_offset: float = 0.0  # this request's logit shift of the copy acceptance model
+    copy_offset: RequestOffset = field(default_factory=RequestOffset)  # its shift of the copy acceptance model
     # Tokens the answer is expected to repeat (a Predicted Output): indexed before the context.
     reference: tuple[int, ...] = ()
 
@@ -111,7 +111,7 @@ class DraftPlanner:
             state.records.append(record)
             if record.copy_features is not None and self.copy_model is not None:
                 verified = VerifiedChain(record.copy_features, record.drafted, record.matched)
-                state.copy_offset = self.copy_model.adapt(state.copy_offset, verified)
+                state.copy_offset.observe(self.copy_model, verified)
             _sync_index(state, row.context)
             live.append((i, row, state))
         candidates = self._propose([(row, state) for _, row, state in live])
@@ -149,8 +149,8 @@ class DraftPlanner:
 
     def release(self, req_id: str) -> None:
         state = self._states.pop(req_id, None)
-        if state is not None and state.copy_offset:
-            self._copy_offset_mean = 0.8 * self._copy_offset_mean + 0.2 * state.copy_offset
+        if state is not None and state.copy_offset.value != state.copy_offset.prior:
+            self._copy_offset_mean = 0.8 * self._copy_offset_mean + 0.2 * state.copy_offset.value
         if self.model_drafter is not None:
             self.model_drafter.release(req_id)
 
@@ -177,7 +177,7 @@ class DraftPlanner:
         if chain is None or not chain.tokens:
             return None
         if self.copy_model is not None:
-            chain.survival = self.copy_model.survival(chain.copy_features, len(chain), state.copy_offset)
+            chain.survival = self.copy_model.survival(chain.copy_features, len(chain), state.copy_offset.value)
         return chain
 
     def _model_chains(
@@ -234,7 +234,7 @@ class DraftPlanner:
     def _state_for(self, req_id: str) -> _RequestState:
         state = self._states.get(req_id)
         if state is None:
-            state = self._states[req_id] = _RequestState(CopyIndex(self.min_match), copy_offset=self._copy_offset_mean)
+            state = self._states[req_id] = _RequestState(CopyIndex(self.min_match), copy_offset=RequestOffset(self._copy_offset_mean))
             while len(self._states) > MAX_TRACKED_REQUESTS:
                 self._states.popitem(last=False)
         else:

@@ -36,6 +36,12 @@ class TrainConfig:
     warmup_steps: int = 10
     seed: int = 0
     threads: int | None = None
+    # Continue this adapter (same rank and modules) instead of starting a new one: a short run on
+    # new data then adds to what the adapter already does instead of relearning the format.
+    init_adapter: str | None = None
+    # bf16 autocast: 1.5x the fp32 speed on a CPU with AVX-512 BF16 (205 vs 135 tok/s, 2 cores,
+    # 2,000-token examples); the weights and the optimizer stay fp32.
+    bf16: bool = False
 
 
 def encode_example(tokenizer, example: Example) -> tuple[list[int], list[int]]:
@@ -49,7 +55,7 @@ def encode_example(tokenizer, example: Example) -> tuple[list[int], list[int]]:
 
 def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(config.seed)
@@ -57,16 +63,19 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         torch.set_num_threads(config.threads)
     tokenizer = AutoTokenizer.from_pretrained(config.base_model)
     model = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=torch.float32)
-    model = get_peft_model(
-        model,
-        LoraConfig(
-            r=config.rank,
-            lora_alpha=config.alpha,
-            lora_dropout=0.0,
-            target_modules=list(TARGET_MODULES),
-            task_type="CAUSAL_LM",
-        ),
-    )
+    if config.init_adapter:
+        model = PeftModel.from_pretrained(model, config.init_adapter, is_trainable=True)
+    else:
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=config.rank,
+                lora_alpha=config.alpha,
+                lora_dropout=0.0,
+                target_modules=list(TARGET_MODULES),
+                task_type="CAUSAL_LM",
+            ),
+        )
     model.train()
     examples = load(config.data, split="train")
     encoded = [encode_example(tokenizer, e) for e in examples]
@@ -81,17 +90,23 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     total_updates = max(1, len(order) // config.accumulation)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
 
+    started = time.time()
+
     def lr_at(update: int) -> float:
         if update < config.warmup_steps:
             return config.learning_rate * (update + 1) / config.warmup_steps
-        return config.learning_rate * max(0.0, 1 - update / total_updates)
+        # Linear decay to zero at the end of the data or of the time budget, whichever comes first.
+        done = update / total_updates
+        if config.time_budget_s:
+            done = max(done, (time.time() - started) / config.time_budget_s)
+        return config.learning_rate * max(0.0, 1 - done)
 
-    started = time.time()
     tokens_seen, running, update = 0, [], 0
     stopped_early = False
     for i, index in enumerate(order):
         ids, labels = encoded[index]
-        out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
+            out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
         (out.loss / config.accumulation).backward()
         tokens_seen += len(ids)
         running.append(out.loss.item())

@@ -1,0 +1,73 @@
+"""`hsedit finetune train` on a tiny model with the real tokenizer: a run saves an adapter, and a
+later run can continue it (the shipped adapter is continued on whole files that way).
+
+Training runs in child processes, and nothing here imports peft or transformers: imported into
+the test process, they import Triton before the kernel tests can switch on its interpreter."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hsedit.train.finetune.dataset import HELDOUT, load
+
+MAKE_TINY_BASE = """
+import sys, torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from hsedit.engine.provision import resolve_model
+tokenizer = AutoTokenizer.from_pretrained(resolve_model("embedded-base"))
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(
+    vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2,
+))
+model.save_pretrained(sys.argv[1])
+tokenizer.save_pretrained(sys.argv[1])
+"""
+TRAIN = """
+import json, sys
+from hsedit.train.finetune.train import TrainConfig, train
+train(TrainConfig(**json.loads(sys.argv[1])), log=lambda _: None)
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    """A 2-layer model with SmolLM2's tokenizer and chat template, saved as an HF directory."""
+    out = tmp_path_factory.mktemp("tiny-base")
+    subprocess.run([sys.executable, "-c", MAKE_TINY_BASE, str(out)], check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    rows = [dict(vars(e), split="train") for e in load(HELDOUT)[:4]]
+    path = tmp_path_factory.mktemp("data") / "edits.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def adapter_weights(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(directory / "adapter_model.safetensors")
+
+
+def test_a_run_continues_an_adapter_it_is_given(tiny_base, examples, tmp_path):
+    def run(out: str, **changes) -> dict[str, torch.Tensor]:
+        config = dict(data=str(examples), base_model=str(tiny_base), output=str(tmp_path / out), rank=4,
+                      alpha=8, accumulation=2, max_tokens=4096, warmup_steps=1, **changes)
+        subprocess.run([sys.executable, "-c", TRAIN, json.dumps(config)], check=True)
+        assert json.loads((tmp_path / out / "training.json").read_text())["examples_seen"] == 4
+        return adapter_weights(tmp_path / out)
+
+    first = run("first", learning_rate=1e-2)
+    unchanged = run("unchanged", init_adapter=str(tmp_path / "first"), learning_rate=0.0, bf16=True)
+    assert first.keys() == unchanged.keys()
+    assert all(torch.equal(first[k], unchanged[k]) for k in first)  # continued from it, not from a new one
+    moved = run("moved", init_adapter=str(tmp_path / "first"), learning_rate=1e-2, bf16=True)
+    assert any(not torch.equal(first[k], moved[k]) for k in first)
+    assert all(torch.isfinite(v).all() for v in moved.values())
