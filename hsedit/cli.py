@@ -327,14 +327,14 @@ def finetune_train(
     from hsedit.engine.provision import resolve_model
     from hsedit.train.finetune.train import TrainConfig, train
 
+    if init_adapter and not (init_adapter / "adapter_config.json").is_file():
+        raise UsageError(f"not a LoRA adapter directory (no adapter_config.json): {init_adapter}")
     base_dir = resolve_model(base)
     config = TrainConfig(
         data=str(data), base_model=base_dir, output=str(out), rank=rank, alpha=2 * rank,
         learning_rate=learning_rate, epochs=epochs, time_budget_s=minutes * 60 if minutes else None,
         max_tokens=max_tokens, init_adapter=str(init_adapter) if init_adapter else None, bf16=bf16,
     )
-    if init_adapter and not (init_adapter / "adapter_config.json").is_file():
-        raise UsageError(f"not a LoRA adapter directory (no adapter_config.json): {init_adapter}")
     summary = train(config, log=typer.echo)
     typer.echo(json.dumps(summary))
 
