@@ -4,13 +4,19 @@ Each engine takes ~20 s to start; every test module shares the same few through
 `shared_engine`, which the CLI uses too, so CLI tests reuse them as well.
 """
 
+import os
 from pathlib import Path
 
-import pytest
-from hypothesis import settings
+# Triton reads this once, when it is first imported, and any test module may import it at
+# collection (peft and transformers do): set before anything else so the kernel tests
+# (tests/test_kernels.py) run interpreted on CPU whatever the collection order.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from hsedit.edit.prompt import ApplyPrompt
-from hsedit.engine.engine import EngineOptions, GenerationRequest, shared_engine
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+from hsedit.edit.prompt import ApplyPrompt  # noqa: E402
+from hsedit.engine.engine import EngineOptions, GenerationRequest, shared_engine  # noqa: E402
 
 # Property tests draw the same examples on every run: a clean clone must pass or fail the same way.
 settings.register_profile("hsedit", derandomize=True)

@@ -207,3 +207,19 @@ def test_default_model_performs_a_held_out_rename_exactly(heldout):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["new_text"] == expected
 
+
+
+@pytest.mark.engine
+def test_default_model_performs_a_held_out_whole_file_rename_exactly(tmp_path, monkeypatch):
+    """A whole held-out file (66 lines, a project the model never trained on), renamed through
+    `hsedit apply` with the default drafter: the text the model was trained to write."""
+    from hsedit.train.finetune.dataset import HELDOUT_FILES, load
+
+    (example,) = [e for e in load(HELDOUT_FILES) if e.path == "fastapi_cloud_cli/commands/whoami.py"]
+    assert example.kind == "rename_class" and len(example.before.splitlines()) > 50
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "whoami.py"
+    target.write_text(example.before)
+    result = run("whoami.py", example.instruction, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["new_text"] == example.after

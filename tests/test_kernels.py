@@ -1,8 +1,5 @@
-"""The Triton kernels equal their torch versions (run on CPU under TRITON_INTERPRET=1)."""
-
-import os
-
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+"""The Triton kernels equal their torch versions (run on CPU under TRITON_INTERPRET=1, which
+conftest.py sets before anything can import Triton)."""
 
 import pytest
 import torch

@@ -55,18 +55,31 @@ class CostTable:
 # A saved table is reused for a week at most: drivers, thermal limits and neighbours on a shared
 # machine change what a step costs, and a stale price slows every edit without a trace.
 CACHE_MAX_AGE_S = 7 * 24 * 3600
+# A saved plain step this much slower than one timed now was profiled while something else ran
+# (a build, a training run): the machine is faster than the table says, so measure again. The
+# other way round (slower now) keeps the table: the neighbour is the one likely to leave.
+LOADED_PROFILE_FACTOR = 1.5
 
 
-def cached_table(key: dict, directory: Path, profile: Callable[[], CostTable]) -> tuple[CostTable, bool]:
+def cached_table(
+    key: dict,
+    directory: Path,
+    profile: Callable[[], CostTable],
+    plain_step_now: Callable[[], float | None] | None = None,
+) -> tuple[CostTable, bool]:
     """The table profiled before under exactly this `key` (model, options, machine, versions)
     and not older than CACHE_MAX_AGE_S, else a fresh `profile()`, saved for next time.
-    Returns (table, whether it came from the cache)."""
+    `plain_step_now` times one plain step now: a saved table whose plain step is more than
+    LOADED_PROFILE_FACTOR times slower is measured again. Returns (table, whether reused)."""
     key = json.loads(json.dumps(key, sort_keys=True))  # as it reads back: tuples are lists
     path = directory / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20] + ".json")
     try:
         saved = json.loads(path.read_text())
         if saved["key"] == key and 0 <= time.time() - saved["measured_at"] < CACHE_MAX_AGE_S:
-            return CostTable(tuple(int(n) for n in saved["tokens"]), tuple(float(s) for s in saved["seconds"])), True
+            table = CostTable(tuple(int(n) for n in saved["tokens"]), tuple(float(s) for s in saved["seconds"]))
+            now = plain_step_now() if plain_step_now is not None else None
+            if now is None or table.step_time(1) <= LOADED_PROFILE_FACTOR * now:
+                return table, True
     except (OSError, ValueError, KeyError, TypeError):
         pass  # none yet, unreadable or from another hsedit: measure
     table = profile()

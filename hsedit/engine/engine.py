@@ -197,7 +197,9 @@ class Engine:
         return core
 
     def _cost_table(self) -> CostTable:
-        table, _ = cached_table(self._cost_key(), cache_dir() / "costs", self._profile_costs)
+        table, _ = cached_table(
+            self._cost_key(), cache_dir() / "costs", self._profile_costs, plain_step_now=lambda: self._step_seconds(1, 0)
+        )
         return table
 
     def _cost_key(self) -> dict:
@@ -224,28 +226,33 @@ class Engine:
     def _profile_costs(self) -> CostTable:
         """Time decode steps of n requests that each verify k filler draft tokens (n * (1 + k)
         scheduled tokens), for a few n and k; one request with k = 0 is plain decoding."""
-        prompt = [int(t) for t in self.tokenizer.encode("def profile(x):\n    return x * 2\n" * 6)]
         limit = self.proposer.max_draft if self.proposer else 0
         shapes = [(n, k) for n, k in PROFILE_SHAPES if k <= limit]
         samples: dict[int, float] = {}
         # Two passes, the faster median kept: noise only ever adds time, and the hybrid's price
         # depends on the table's shape for the engine's whole life.
         for n, k in shapes * PROFILE_PASSES:
-            with self.proposer.probe(k) if self.proposer else nullcontext():
-                times = []
-                last = None
-                requests = [GenerationRequest(prompt, max_tokens=8) for _ in range(n)]
-                for event in self.stream(requests):
-                    if event.index != 0:  # every request advances each step: time one of them
-                        continue
-                    now = time.perf_counter()
-                    if last is not None:
-                        times.append(now - last)
-                    last = now
-                if times:  # a filler the target happens to accept can end the run in one step
-                    median = statistics.median(times[1:] or times)
-                    samples[n * (1 + k)] = min(median, samples.get(n * (1 + k), median))
+            seconds = self._step_seconds(n, k)
+            if seconds is not None:
+                samples[n * (1 + k)] = min(seconds, samples.get(n * (1 + k), seconds))
         return CostTable.from_samples(samples)
+
+    def _step_seconds(self, n: int, k: int) -> float | None:
+        """Median time of a decode step of n requests that each verify k filler draft tokens."""
+        prompt = [int(t) for t in self.tokenizer.encode("def profile(x):\n    return x * 2\n" * 6)]
+        with self.proposer.probe(k) if self.proposer else nullcontext():
+            times = []
+            last = None
+            requests = [GenerationRequest(prompt, max_tokens=8) for _ in range(n)]
+            for event in self.stream(requests):
+                if event.index != 0:  # every request advances each step: time one of them
+                    continue
+                now = time.perf_counter()
+                if last is not None:
+                    times.append(now - last)
+                last = now
+        # None if a filler the target happens to accept ended the run in one step.
+        return statistics.median(times[1:] or times) if times else None
 
     # -- running ---------------------------------------------------------------------------
     def chat_prompt(self, text: str) -> str:
