@@ -208,7 +208,6 @@ def test_default_model_performs_a_held_out_rename_exactly(heldout):
     assert json.loads(result.stdout)["new_text"] == expected
 
 
-
 @pytest.mark.engine
 def test_default_model_performs_a_held_out_whole_file_rename_exactly(tmp_path, monkeypatch):
     """A whole held-out file (66 lines, a project the model never trained on), renamed through

@@ -1,8 +1,9 @@
 """`hsedit finetune train` on a tiny model with the real tokenizer: a run saves an adapter, and a
 later run can continue it (the shipped adapter is continued on whole files that way).
 
-Training runs in child processes, and nothing here imports peft or transformers: imported into
-the test process, they import Triton before the kernel tests can switch on its interpreter."""
+Training runs in child processes, as `hsedit finetune train` does in its own: the test process
+keeps none of peft's or transformers' state (conftest.py sets Triton's interpreter before either
+could be imported, so that is no longer what it guards)."""
 
 import json
 import subprocess
