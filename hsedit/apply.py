@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from hsedit.edit.check import CheckVerdict, check_edit
 from hsedit.edit.diff import unified_diff
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile, check_writable, read_source, write_if_unchanged
@@ -22,6 +23,7 @@ from hsedit.errors import (
     ContextTooLongError,
     DestructiveAnswerError,
     HseditError,
+    InstructionCheckError,
     OutputTruncatedError,
     UsageError,
     ValidationError,
@@ -57,6 +59,7 @@ class EditResult:
     diff: str
     validation: Validation
     guard: GuardVerdict
+    check: CheckVerdict  # does the answer do what the instruction asks (ok None: not checked)
     stats: RequestStats
     closed: bool
 
@@ -74,6 +77,10 @@ class EditResult:
             return ValidationError(
                 f"the rewritten {name} does not parse ({self.validation.message}); nothing written (--force writes anyway)"
             )
+        if self.check.failed:
+            return InstructionCheckError(
+                f"{name}: the answer does not do what was asked: {self.check.reason}; nothing written (--force writes anyway)"
+            )
         return None
 
     def as_dict(self) -> dict:
@@ -88,6 +95,7 @@ class EditResult:
                 "message": self.validation.message,
             },
             "guard": self.guard.as_dict(),
+            "check": self.check.as_dict(),
             "stats": self.stats.as_dict(),
         }
 
@@ -238,6 +246,7 @@ def finish_edit(
         diff=unified_diff(job.source.original, new_text, job.display_path),
         validation=validate(job.source.path, extracted.text),
         guard=check_answer(job.source.text, extracted.text, job.instruction, max_deletion=max_deletion),
+        check=check_edit(job.source.path, job.source.text, extracted.text, job.instruction, job.update),
         stats=generation.stats,
         closed=extracted.closed,
     )
@@ -257,13 +266,13 @@ def write_result(result: EditResult, *, force: bool = False) -> bool:
 
 def settle(result: EditResult, *, write: bool, force: bool = False) -> bool:
     """What `hsedit apply` does with a finished edit (the diff already shown): with `write`,
-    write it under the write policy; without, still refuse an answer the guard refuses, so a
-    script that pipes the diff on never takes a destructive answer for a good one. True if
-    the file was replaced."""
+    write it under the write policy; without, still refuse an answer the guard refuses or the
+    instruction check fails, so a script that pipes the diff on never takes a destructive or
+    wrong answer for a good one. True if the file was replaced."""
     if write:
         return write_result(result, force=force)
     refusal = result.refusal()
-    if isinstance(refusal, DestructiveAnswerError):
+    if isinstance(refusal, (DestructiveAnswerError, InstructionCheckError)):
         raise refusal
     return False
 

@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from hsedit.apply import EditJob, EditResult, EditRunner, finish_edit, write_result
@@ -49,12 +49,13 @@ class BatchTask:
 class TaskOutcome:
     key: str
     path: str
-    status: str  # ok | unchanged | failed
+    status: str  # ok | unchanged (a checked "nothing to do", or an unchecked instruction) | failed
     error: str | None = None
     exit_code: int | None = None
     diff: str = ""
     written: bool = False
     stats: dict = field(default_factory=dict)
+    check: dict = field(default_factory=dict)  # the instruction check's verdict: kind, ok, reason
 
 
 def load_batch(task_file: str | Path) -> list[BatchTask]:
@@ -203,12 +204,13 @@ def finish_task(
     except HseditError as error:
         return _failure(task, error, generation.stats.as_dict())
     stats = result.stats.as_dict()
+    check = result.check.as_dict()
     refusal = result.refusal()
     if refusal is not None and not force:
-        return _failure(task, refusal, stats, result.diff)
+        return replace(_failure(task, refusal, stats, result.diff), check=check)
     if not result.changed:
-        return TaskOutcome(task.key, task.display_path, UNCHANGED, stats=stats)
-    outcome = TaskOutcome(task.key, task.display_path, OK, diff=result.diff, stats=stats)
+        return TaskOutcome(task.key, task.display_path, UNCHANGED, stats=stats, check=check)
+    outcome = TaskOutcome(task.key, task.display_path, OK, diff=result.diff, stats=stats, check=check)
     if write:
         after = hashlib.sha256(result.new_text.encode("utf-8")).hexdigest()
         journal.append(asdict(outcome) | {"status": WRITING, "after_sha256": after})

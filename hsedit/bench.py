@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hsedit.apply import EditJob, edit_request
 from hsedit.drafting.chain import DSPARK, HYBRID, NGRAM, NO_DRAFTER, VLLM_BUILTINS, VLLM_SUFFIX
+from hsedit.edit.check import CheckVerdict, check_edit
 from hsedit.edit.diff import edit_distance
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import read_source
@@ -101,6 +102,7 @@ class BenchReport:
     workloads: dict[str, list[str]]  # workload -> task names
     edit_distance: dict[str, float | None]  # workload -> mean over its plain outputs
     refused: dict[str, list[str]]  # workload -> edits whose plain output the write guard refuses
+    check_failed: dict[str, list[str]]  # workload -> edits whose plain output fails the instruction check
     batch_sizes: list[int]
     repeats: int
     methods: list[str]
@@ -129,6 +131,7 @@ class BenchReport:
             "workloads": self.workloads,
             "edit_distance": {k: _round(v) for k, v in self.edit_distance.items()},
             "refused_by_guard": self.refused,
+            "check_failed": self.check_failed,
             "batch_sizes": self.batch_sizes,
             "repeats": self.repeats,
             "exact": self.exact,
@@ -225,6 +228,7 @@ def run_bench(
     outputs: dict[tuple[str, int, str], list[tuple[list[BenchTask], list[list[int]], list[str]]]] = {}
     distances: dict[str, list[float]] = {}
     refused: dict[str, list[str]] = {w.name: [] for w in workloads}
+    wrong: dict[str, list[str]] = {w.name: [] for w in workloads}
     for repeat in range(repeats):
         for w_index, workload in enumerate(workloads):
             for b_index, batch_size in enumerate(batch_sizes):
@@ -241,10 +245,12 @@ def run_bench(
                             for task, text in zip(group, texts):
                                 if task.job is None:
                                     continue
-                                distance, verdict = _judge(task.job, text)
+                                distance, verdict, check = _judge(task.job, text)
                                 distances.setdefault(workload.name, []).append(distance)
                                 if not verdict.ok and task.name not in refused[workload.name]:
                                     refused[workload.name].append(task.name)
+                                if check.failed and task.name not in wrong[workload.name]:
+                                    wrong[workload.name].append(task.name)
     for (workload, batch_size, method), runs in outputs.items():
         reference = outputs[(workload, batch_size, NO_DRAFTER)]  # the same groups, in the same order
         for (group, ids, _), (_, ref_ids, _) in zip(runs, reference):
@@ -257,6 +263,7 @@ def run_bench(
         edit_distance={w.name: (sum(distances[w.name]) / len(distances[w.name]) if distances.get(w.name) else None)
                        for w in workloads},
         refused=refused,
+        check_failed=wrong,
         batch_sizes=list(batch_sizes),
         repeats=repeats,
         methods=methods,
@@ -326,12 +333,13 @@ def _request(engine: Engine, task: BenchTask) -> GenerationRequest:
     return GenerationRequest(engine.chat_prompt(task.chat), max_tokens=CHAT_MAX_TOKENS)
 
 
-def _judge(job: EditJob, text: str) -> tuple[float, GuardVerdict]:
-    """Edit distance between an edit's input file and the file the model wrote, and whether the
-    write guard would let it be written."""
+def _judge(job: EditJob, text: str) -> tuple[float, GuardVerdict, CheckVerdict]:
+    """Edit distance between an edit's input file and the file the model wrote, whether the
+    write guard would let it be written, and whether it does what the instruction asks."""
     original = job.source.text
     new = extract_file(text, original).text
-    return edit_distance(original, new), check_answer(original, new, job.instruction)
+    return (edit_distance(original, new), check_answer(original, new, job.instruction),
+            check_edit(job.source.path, original, new, job.instruction, job.update))
 
 
 def _round(value: float | None) -> float | None:

@@ -130,6 +130,10 @@ def apply(
         _report(err, result, summarize(result.diff) if result.diff else None)
     if not result.validation.checked:
         err.print(f"hsedit: note: {result.validation.message}; the result was not syntax-checked", style="yellow")
+    if not result.check.checked and not as_json:
+        err.print(f"hsedit: note: instruction not checked ({result.check.reason})", style="yellow", highlight=False, soft_wrap=True)
+    elif result.check.ok and not as_json:
+        err.print(f"check: {result.check.reason}", style="dim", highlight=False, soft_wrap=True)
     if core.settle(result, write=write, force=force):
         err.print(f"wrote {job.display_path}", style="green")
     elif not write and not result.validation.ok:

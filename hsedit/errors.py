@@ -45,6 +45,10 @@ class ServerError(HseditError):
     exit_code = 10  # the server (--server, HSEDIT_SERVER) could not be reached or failed the request
 
 
+class InstructionCheckError(HseditError):
+    exit_code = 11  # the answer does not do what the instruction asks: nothing written (--force writes)
+
+
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES = {
@@ -59,6 +63,7 @@ EXIT_CODES = {
     8: "the answer would destroy code (empty, mass deletion, placeholders): nothing written (--force writes)",
     9: "the file changed while the edit ran: nothing written; the new version is kept beside it",
     10: "the server could not be reached, refused the request or failed it",
+    11: "the answer does not do what the instruction asks (the instruction check): nothing written (--force writes)",
     130: "interrupted (Ctrl-C); the file is untouched",
 }
 

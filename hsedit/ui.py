@@ -87,6 +87,8 @@ def bench_table(report) -> Table:
         workload = c.workload + (f" ({distance:.0%} edit)" if distance is not None else "")
         if report.refused.get(c.workload):
             workload += f" ({len(report.refused[c.workload])} refused by the guard)"
+        if report.check_failed.get(c.workload):
+            workload += f" ({len(report.check_failed[c.workload])} fail the instruction check)"
         if c.skipped:
             table.add_row(workload, str(c.batch_size), c.method, "skipped", "", "", "", "", escape(c.skipped), "", "", "")
             continue
@@ -105,12 +107,15 @@ def bench_table(report) -> Table:
 
 def eval_table(model: str, rows: list[dict]) -> Table:
     table = Table(title=f"apply model evaluation · {model}")
-    for column in ("kind", "n", "exact", "unchanged lines kept", "parses", "similarity", "cut off"):
+    for column in ("kind", "n", "exact", "unchanged lines kept", "parses", "similarity", "cut off",
+                   "check: passed / failed / unchecked", "passed, not exact", "false rejects"):
         table.add_column(column, justify="left" if column == "kind" else "right")
     for row in rows:
         table.add_row(
             row["kind"], str(row["n"]), f"{row['exact']:.0%}", f"{row['unchanged_lines_kept']:.1%}",
             f"{row['parses']:.0%}", f"{row['similarity']:.3f}", f"{row['cut_off']:.0%}",
+            f"{row['check_passed']} / {row['check_failed']} / {row['unchecked']}",
+            str(row["passed_not_exact"]), str(row["false_rejects"]),
         )
     return table
 
@@ -155,6 +160,16 @@ class BatchProgress:
         return f"{self.tokens / elapsed:.1f} tok/s · accepted {acceptance}"
 
 
+def _check_note(check: dict | None) -> str:
+    """What the instruction check said of a task that did not fail: 'unchecked: why', or a
+    checked 'nothing to do'."""
+    if not check:
+        return ""
+    if check.get("ok") is None:
+        return f"unchecked: {check.get('reason', '')}"
+    return check["reason"] if str(check.get("reason", "")).startswith("nothing to do") else "checked"
+
+
 def batch_table(outcomes, skipped: int = 0) -> Table:
     title = "hsedit batch" + (f" · {skipped} task(s) already done, skipped" if skipped else "")
     table = Table(title=title)
@@ -163,7 +178,7 @@ def batch_table(outcomes, skipped: int = 0) -> Table:
     styles = {"ok": "green", "unchanged": "dim", "failed": "red"}
     for outcome in outcomes:
         stats = outcome.stats or {}
-        note = escape(outcome.error or ("written" if outcome.written else ""))
+        note = escape(outcome.error or "; ".join(filter(None, [_check_note(outcome.check), "written" if outcome.written else ""])))
         table.add_row(
             escape(outcome.path), f"[{styles[outcome.status]}]{outcome.status}[/]",
             str(stats.get("completion_tokens", "–")), str(stats.get("tokens_per_step", "–")), note,

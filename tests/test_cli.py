@@ -122,6 +122,7 @@ def test_json_carries_text_diff_and_stats(heldout):
     stats = report["stats"]
     assert report["path"] == path and report["new_text"] == expected and report["changed"]
     assert report["validation"] == {"language": "python", "ok": True, "message": ""}
+    assert report["check"]["kind"] == "rename" and report["check"]["ok"] is True, report["check"]
     for key in ("accepted_prediction_tokens", "rejected_prediction_tokens", "tokens_per_step",
                 "tokens_per_second", "engine_steps", "time_to_first_token_s", "speedup_estimate"):
         assert key in stats
@@ -222,3 +223,30 @@ def test_default_model_performs_a_held_out_whole_file_rename_exactly(tmp_path, m
     result = run("whoami.py", example.instruction, "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["new_text"] == example.after
+
+
+COLORS = "".join(f'{name} = "{name.lower()}"\n' for name in (
+    "BLACK", "RED", "GREEN", "YELLOW", "BLUE", "MAGENTA", "CYAN", "WHITE", "RESET",
+    "BRIGHT_BLACK", "BRIGHT_RED", "BRIGHT_GREEN", "BRIGHT_YELLOW", "BRIGHT_BLUE", "BRIGHT_MAGENTA", "BRIGHT_CYAN",
+)) + "\n\ndef style(text, fg=BRIGHT_BLACK):\n    return f\"{fg}:{text}\"\n"
+
+
+@pytest.mark.engine
+def test_a_wrong_answer_is_never_success(workdir):
+    """A constants file like typer's colors.py, where the model once renamed the wrong constant and
+    exited 0. Whatever the model answers now, exit 0 and a write only for the right rename; any
+    other answer is exit 11 with the diff shown and the file as it was."""
+    (workdir / "colors.py").write_text(COLORS)
+    instruction = "rename BRIGHT_BLACK to BRIGHT_GREY"
+    right = COLORS.replace("BRIGHT_BLACK", "BRIGHT_GREY")
+    report = run("colors.py", instruction, "--json")
+    answer = json.loads(report.stdout)
+    exact = answer["new_text"] == right
+    assert answer["check"]["ok"] is exact, answer["check"]
+    assert report.exit_code == (0 if exact else 11), report.output
+    written = run("colors.py", instruction, "--write")
+    assert written.exit_code == report.exit_code, written.output
+    assert (workdir / "colors.py").read_text() == (right if exact else COLORS)
+    if not exact:
+        assert "the answer does not do what was asked" in written.stderr and "--force" in written.stderr
+        assert written.stdout.startswith("--- a/colors.py")  # the diff is still shown

@@ -14,6 +14,7 @@ engine or a real process are functions below the table, and a few live beside th
 | answer that does not parse (model)  | 6    | test_cli.py::test_output_that_does_not_parse_is_not_written |
 | truncated answer (model)            | 5    | test_cli.py::test_truncated_output                        |
 | kill -9 of a batch, then resume     | 0    | test_kill_9_of_a_batch_then_resume (here)                 |
+| answer that fails the instruction check (model) | 11 | test_cli.py::test_a_wrong_answer_is_never_success |
 """
 
 from __future__ import annotations
@@ -125,6 +126,20 @@ FAULTS = [
     Fault("no final newline", {"n.py": CODE.rstrip("\n")}, "n.py", "rename area to size",
           CODE.replace("area", "size"), after={"n.py": CODE.replace("area", "size").rstrip("\n").encode()}),
     Fault("no change", {"t.py": CODE}, "t.py", "make it better", CODE, after={"t.py": UNCHANGED}),
+    Fault("rename that misses a use", {"t.py": CODE + "print(area(2, 3))\n"}, "t.py", "rename area to size",
+          (CODE + "print(area(2, 3))\n").replace("def area", "def size"), code=11,
+          message="1 of 2 uses of `area` not renamed (line 7)", after={"t.py": UNCHANGED}),
+    Fault("rename that misses a use, no --write", {"t.py": CODE + "print(area(2, 3))\n"}, "t.py", "rename area to size",
+          (CODE + "print(area(2, 3))\n").replace("def area", "def size"), write=False, code=11,
+          message="not renamed", after={"t.py": UNCHANGED}),
+    Fault("rename answered with the file unchanged", {"t.py": CODE}, "t.py", "rename area to size", CODE, code=11,
+          message="1 of 1 uses of `area` not renamed", after={"t.py": UNCHANGED}),
+    Fault("constant set and something else changed", {"t.py": "LIMIT = 3\n" + CODE}, "t.py", "set LIMIT to 4",
+          "LIMIT = 4\n" + CODE.replace("w * h", "w + h"), code=11, message="line 3 changes `*` to `+`",
+          after={"t.py": UNCHANGED}),
+    Fault("rename that misses a use, --force", {"t.py": CODE + "print(area(2, 3))\n"}, "t.py", "rename area to size",
+          (CODE + "print(area(2, 3))\n").replace("def area", "def size"), force=True,
+          after={"t.py": (CODE + "print(area(2, 3))\n").replace("def area", "def size").encode()}),
 ]
 
 
@@ -217,6 +232,19 @@ def test_batch_reports_a_destructive_answer_as_failed(tmp_path):
     assert (outcome.status, outcome.exit_code, outcome.written) == (FAILED, 8, False)
     assert "answer is empty" in outcome.error and summarize(outcome.diff).removed >= 88  # all but an empty line
     assert (tmp_path / "s.py").read_text() == SCRIPT
+
+
+def test_batch_counts_a_failed_check_as_failed_and_unchanged_only_when_nothing_was_to_do(tmp_path):
+    (tmp_path / "t.py").write_text(CODE)
+    journal = ResultsJournal(tmp_path / "r.jsonl")
+    wrong = _batch_finish(tmp_path, _task(tmp_path, "t.py", "rename area to size"), CODE, journal)
+    assert (wrong.status, wrong.exit_code, wrong.written) == (FAILED, 11, False)
+    assert "1 of 1 uses of `area` not renamed" in wrong.error and wrong.check["ok"] is False
+    nothing = _batch_finish(tmp_path, _task(tmp_path, "t.py", "rename volume to size"), CODE, journal)
+    assert nothing.status == "unchanged" and nothing.check["reason"].startswith("nothing to do")
+    unchecked = _batch_finish(tmp_path, _task(tmp_path, "t.py", "make it better"), CODE, journal)
+    assert unchecked.status == "unchanged" and unchecked.check["ok"] is None
+    assert (tmp_path / "t.py").read_text() == CODE
 
 
 def test_results_journal_never_glues_a_record_to_a_torn_line(tmp_path):

@@ -1,8 +1,11 @@
 """How well a model edits: held-out examples through the real engine, scored per edit kind.
 
 Per kind: exact-match rate (the extracted file equals the target), the share of the
-target's unchanged lines that the output reproduces exactly, parse rate, mean similarity, and
-the cut-off rate (answers that ran to max_tokens, as a model that loops on a file does).
+target's unchanged lines that the output reproduces exactly, parse rate, mean similarity, the
+cut-off rate (answers that ran to max_tokens, as a model that loops on a file does), and the
+instruction check on the real answers (hsedit/edit/check.py): passed, failed, unchecked; passed
+but not exact (each to be read: a right answer laid out differently, or a false accept) and
+exact but failed (false rejects, which must be 0).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hsedit.apply import EditJob, edit_request, finish_edit
+from hsedit.edit.check import check_edit
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile
 from hsedit.engine.engine import Engine
@@ -28,6 +32,15 @@ class Score:
     parses: bool
     similarity: float
     cut_off: bool = False  # the answer ran to max_tokens before the file was complete
+    check: bool | None = None  # the instruction check's verdict on this answer (None: unchecked)
+
+    @property
+    def passed_not_exact(self) -> bool:
+        return self.check is True and not self.exact
+
+    @property
+    def false_reject(self) -> bool:
+        return self.check is False and self.exact
 
 
 @dataclass
@@ -57,6 +70,11 @@ class KindReport:
             "parses": round(self.mean("parses"), 3),
             "similarity": round(self.mean("similarity"), 3),
             "cut_off": round(self.mean("cut_off"), 3),
+            "check_passed": sum(s.check is True for s in self.scores),
+            "check_failed": sum(s.check is False for s in self.scores),
+            "unchecked": sum(s.check is None for s in self.scores),
+            "passed_not_exact": sum(s.passed_not_exact for s in self.scores),
+            "false_rejects": sum(s.false_reject for s in self.scores),
         }
 
 
@@ -76,7 +94,9 @@ def score(example: Example, output: str, cut_off: bool = False) -> Score:
         parses = True
     except (SyntaxError, ValueError):
         parses = False
+    path = example.path if example.path.endswith(".py") else example.path + ".py"
     return Score(
+        check=check_edit(path, example.before, output, example.instruction, example.update).ok,
         exact=output == example.after,
         unchanged_kept=len(kept) / len(unchanged) if unchanged else 1.0,
         unchanged_total=len(unchanged),
