@@ -5,11 +5,20 @@ rotates) and speed is reported as ratios from the same run. A batch size b runs 
 concurrently in one engine (the workload's tasks, repeated if there are fewer than b). Every
 output is checked token for token against plain decoding at the same batch size: a drafter
 that changes the output is a bug, not a speedup.
+
+A method is a drafter name, optionally with its maximum draft: `hybrid@15`, `vllm-ngram@63`
+(without: the engine's default, 63 for the hybrid and 15 for the others). vLLM's own drafters
+run each in a process of its own: once one has loaded numba, vLLM 0.32 on CPU starts no further
+engine in that process. Every row also gets the all-accepted limit of its workload: prefilling
+each group's prompts (as measured) plus verifying its answers in maximal chains (from the cost
+table) — no drafter can finish sooner — and the share of that limit the method reached.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
+import multiprocessing
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -17,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hsedit.apply import EditJob, edit_request
-from hsedit.drafting.chain import DSPARK, HYBRID, NGRAM, NO_DRAFTER, VLLM_BUILTINS, VLLM_SUFFIX
+from hsedit.drafting.chain import DSPARK, HYBRID, NGRAM, NO_DRAFTER, VLLM_BUILTINS, VLLM_NGRAM, VLLM_SUFFIX
 from hsedit.edit.check import CheckVerdict, check_edit
 from hsedit.edit.diff import edit_distance
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import read_source
 from hsedit.edit.guard import GuardVerdict, check_answer
+from hsedit.engine.costs import CostTable
 from hsedit.engine.engine import Engine, EngineOptions, GenerationRequest, shared_engine
 from hsedit.errors import UsageError
 from hsedit.tasks import is_edit, task_lines
@@ -65,6 +75,19 @@ class Cell:
     positions: dict = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)
     skipped: str | None = None  # why the method could not run
+    # The all-accepted limit of the same groups (prefill + answers in maximal chains), and the
+    # time until every group's first token (prefill, mostly), both summed over runs.
+    limit_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+
+    @property
+    def limit_share(self) -> float | None:
+        """Share of the all-accepted limit reached: limit time / actual time."""
+        return self.limit_seconds / self.seconds if self.seconds and self.limit_seconds else None
+
+    @property
+    def prefill_share(self) -> float | None:
+        return self.prefill_seconds / self.seconds if self.seconds else None
 
     @property
     def tokens_per_second(self) -> float:
@@ -120,6 +143,14 @@ class BenchReport:
             (c for c in self.cells if (c.workload, c.batch_size, c.method) == (workload, batch_size, method)), None
         )
 
+    def ratio_to_best(self, cell: Cell, family: str) -> float | None:
+        """Against the fastest of a drafter's settings (`vllm-ngram`, `vllm-ngram@63`, ...)."""
+        rivals = [c for c in self.cells if (c.workload, c.batch_size) == (cell.workload, cell.batch_size)
+                  and method_name(c.method) == family and c.tokens_per_second]
+        if not rivals or not cell.tokens_per_second:
+            return None
+        return cell.tokens_per_second / max(c.tokens_per_second for c in rivals)
+
     def ratio(self, cell: Cell, baseline: str) -> float | None:
         base = self.cell(cell.workload, cell.batch_size, baseline)
         if base is None or not base.tokens_per_second or not cell.tokens_per_second:
@@ -153,6 +184,10 @@ class BenchReport:
                     "acceptance": {k: {"accepted": a, "drafted": d} for k, (a, d) in c.acceptance().items()},
                     "acceptance_by_position": c.acceptance_by_position(),
                     "proposer_ms_per_step": _round(c.proposer_ms_per_step),
+                    "limit_seconds": _round(c.limit_seconds),
+                    "limit_share": _round(c.limit_share),
+                    "prefill_share": _round(c.prefill_share),
+                    "ratio_to_best_vllm_ngram": _round(self.ratio_to_best(c, VLLM_NGRAM)),
                     "dspark_run_share": _round(c.model_run_share),
                     "mismatches": c.mismatches,
                 }
@@ -212,14 +247,20 @@ def run_bench(
     methods = [NO_DRAFTER, *(m for m in dict.fromkeys(methods) if m != NO_DRAFTER)]
     engines: dict[str, Engine] = {}
     skipped: dict[str, str] = {}
-    # Start every engine before timing anything; vLLM's own drafters last: their n-gram code
-    # imports numba, whose llvmlite bindings break the kernel scan every later vLLM engine
-    # start runs in this process (vLLM 0.32 on CPU: "'_lib_fn_wrapper' object has no attribute 'get'").
-    for method in sorted(methods, key=lambda m: m in VLLM_BUILTINS):
+    # Start every engine before timing anything (vLLM's own drafters start in child processes).
+    for method in sorted(methods, key=lambda m: method_name(m) in VLLM_BUILTINS):
         try:
             engines[method] = engine_for(method)
         except UnavailableMethod as why:
             skipped[method] = str(why)
+    # The limit is priced with every engine's cost table at once, the fastest measurement of each
+    # size kept: noise only ever adds time, and one table profiled while the machine was busy
+    # would otherwise put the limit above what the runs reach.
+    samples: dict[int, float] = {}
+    for table in (e.cost_table for e in engines.values() if e.cost_table is not None):
+        for n, t in zip(table.tokens, table.seconds):
+            samples[n] = min(t, samples.get(n, t))
+    machine_table = CostTable.from_samples(samples) if samples else None
     cells = {
         (w.name, b, m): Cell(w.name, b, m, skipped=skipped.get(m))
         for w in workloads for b in batch_sizes for m in methods
@@ -239,7 +280,7 @@ def run_bench(
                     engine = engines[method]
                     cell = cells[(workload.name, batch_size, method)]
                     for group in _groups(workload.tasks, batch_size):
-                        ids, texts = _run_group(engine, group, cell)
+                        ids, texts = _run_group(engine, group, cell, machine_table, max_draft_of(method))
                         outputs.setdefault((workload.name, batch_size, method), []).append((group, ids, texts))
                         if method == NO_DRAFTER and batch_size == batch_sizes[0] and repeat == 0:
                             for task, text in zip(group, texts):
@@ -267,8 +308,7 @@ def run_bench(
         batch_sizes=list(batch_sizes),
         repeats=repeats,
         methods=methods,
-        plain_step_ms=(1000 * plain.cost_table.step_time(1)
-                       if (plain := engines.get(NO_DRAFTER)) is not None and plain.cost_table else None),
+        plain_step_ms=1000 * machine_table.step_time(1) if machine_table else None,
         cost_tables={
             method: [(n, round(1000 * t, 2)) for n, t in zip(e.cost_table.tokens, e.cost_table.seconds)]
             for method, e in engines.items() if e.cost_table is not None
@@ -280,13 +320,80 @@ class UnavailableMethod(Exception):
     """A method that cannot run on this installation (e.g. a missing optional package)."""
 
 
+def method_name(method: str) -> str:
+    """The drafter of a method spec: `hybrid@15` -> `hybrid`."""
+    return method.split("@", 1)[0]
+
+
+def max_draft_of(method: str) -> int | None:
+    """The maximum draft of a method spec, None for the engine's default."""
+    _, _, size = method.partition("@")
+    return int(size) if size else None
+
+
+def check_method(method: str) -> None:
+    from hsedit.drafting.chain import check_drafter
+
+    check_drafter(method_name(method), "--drafters")
+    size = method.partition("@")[2]
+    if size and (not size.isdigit() or int(size) < 1):
+        raise UsageError(f"--drafters: {method!r}: the maximum draft after @ must be a whole number of at least 1")
+
+
 def engine_for_method(method: str, model: str | None = None, dspark: str | None = None) -> Engine:
-    if method == VLLM_SUFFIX and importlib.util.find_spec("arctic_inference") is None:
+    name = method_name(method)
+    if name == VLLM_SUFFIX and importlib.util.find_spec("arctic_inference") is None:
         raise UnavailableMethod(
-            "vLLM's suffix decoding needs arctic-inference, which is not installed "
-            "(pip install --no-build-isolation arctic-inference)"
+            "vLLM's suffix decoding needs arctic-inference, which does not install here "
+            "(no wheel for this platform on PyPI; it builds from source only with CUDA)"
         )
-    return shared_engine(EngineOptions(model=model, drafter=method, dspark=dspark))
+    options = EngineOptions(model=model, drafter=name, dspark=dspark, num_speculative_tokens=max_draft_of(method))
+    if name in VLLM_BUILTINS:
+        return ChildEngine(options, like=shared_engine(EngineOptions(model=model, drafter=NO_DRAFTER)))
+    return shared_engine(options)
+
+
+class ChildEngine:
+    """An engine in a process of its own, for the bench: what `_run_group` needs of an Engine.
+    Requests are made (tokenized) here with the parent's engine of the same model."""
+
+    proposer = None
+
+    def __init__(self, options: EngineOptions, like: Engine) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, theirs = context.Pipe()
+        self._process = context.Process(target=_serve_engine, args=(options, theirs), daemon=True)
+        self._process.start()
+        kind, payload = self._conn.recv()
+        if kind != "ready":
+            self._process.join(timeout=10)
+            raise UnavailableMethod(f"{options.drafter} did not start: {payload}")
+        self.cost_table = payload
+        self.tokenizer, self.max_model_len = like.tokenizer, like.max_model_len
+        self.count_tokens, self.chat_prompt = like.count_tokens, like.chat_prompt
+
+    def generate(self, requests: list[GenerationRequest]):
+        self._conn.send(list(requests))
+        kind, payload = self._conn.recv()
+        if kind != "ok":
+            raise RuntimeError(f"the child engine failed: {payload}")
+        return payload
+
+
+def _serve_engine(options: EngineOptions, conn) -> None:
+    from hsedit.engine.engine import Engine
+
+    try:
+        engine = Engine(options)
+    except Exception as exc:  # reported to the parent as the method's skip reason
+        conn.send(("error", " ".join(str(exc).split())[:300]))
+        return
+    conn.send(("ready", engine.cost_table))
+    while (requests := conn.recv()) is not None:
+        try:
+            conn.send(("ok", engine.generate(requests)))
+        except Exception as exc:
+            conn.send(("error", str(exc)))
 
 
 def _groups(tasks: list[BenchTask], batch_size: int) -> list[list[BenchTask]]:
@@ -297,13 +404,23 @@ def _groups(tasks: list[BenchTask], batch_size: int) -> list[list[BenchTask]]:
     return [cycled[i : i + batch_size] for i in range(0, count, batch_size)]
 
 
-def _run_group(engine: Engine, group: list[BenchTask], cell: Cell) -> tuple[list[list[int]], list[str]]:
+def _run_group(
+    engine: Engine, group: list[BenchTask], cell: Cell, table=None, max_draft: int | None = None
+) -> tuple[list[list[int]], list[str]]:
     proposer = engine.proposer
     before = proposer.timings() if proposer else None
     requests = [_request(engine, task) for task in group]
     started = time.perf_counter()
     results = engine.generate(requests)
     cell.seconds += time.perf_counter() - started
+    first = [r.stats.ttft_s for r in results if r.stats.ttft_s is not None]
+    cell.prefill_seconds += max(first) if first else 0.0  # until every request of the group is running
+    if table is not None:
+        # From the group's first token on (later prompts' prefill overlaps decoding: counting it
+        # again would put the limit above what a run can do).
+        chain = 1 + (max_draft if max_draft is not None else _default_max_draft(cell.method))
+        decoding = all_accepted_limit(table, [r.stats.completion_tokens for r in results], chain)
+        cell.limit_seconds += (min(first) if first else 0.0) + decoding
     for result in results:
         stats = result.stats
         cell.tokens += stats.completion_tokens
@@ -325,6 +442,26 @@ def _run_group(engine: Engine, group: list[BenchTask], cell: Cell) -> tuple[list
         cell.model_drafted += after.model_drafted - before.model_drafted
         cell.model_skipped += after.model_skipped - before.model_skipped
     return [r.token_ids for r in results], [r.text for r in results]
+
+
+def all_accepted_limit(table, answer_tokens: list[int], chain: int) -> float:
+    """Seconds of decoding no drafter can beat for one group after its prefill (the first token
+    comes with it): each step verifies `chain` tokens (a full draft and the target's own) for
+    every request still running. The prefill itself is taken as measured: prefix caching makes
+    a repeated prompt nearly free, which no cost table knows."""
+    seconds = 0.0
+    remaining = sorted(math.ceil(max(0, n - 1) / chain) for n in answer_tokens)  # steps per request
+    done = 0
+    for i, steps in enumerate(remaining):  # requests finish in order of their step counts
+        seconds += (steps - done) * table.step_time(chain * (len(remaining) - i))
+        done = steps
+    return seconds
+
+
+def _default_max_draft(method: str) -> int:
+    if method_name(method) == NO_DRAFTER:
+        return 0
+    return EngineOptions(drafter=method_name(method)).max_draft
 
 
 def _request(engine: Engine, task: BenchTask) -> GenerationRequest:

@@ -143,7 +143,7 @@ def apply(
 @app.command()
 def bench(
     tasks: Annotated[Optional[Path], typer.Option(help="Your own task file (JSON lines); default: the built-in workloads (light, heavy, snippet, chat, mixed).")] = None,
-    drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, ngram, vllm-ngram, vllm-suffix, dspark, hybrid; plain decoding always runs.")] = "none,ngram,dspark,hybrid",
+    drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, ngram, vllm-ngram, vllm-suffix, dspark, hybrid, each optionally with its maximum draft (hybrid@15, vllm-ngram@63; default 63 for hybrid, 15 for the others); plain decoding always runs.")] = "none,ngram,dspark,hybrid",
     batch_size: Annotated[str, typer.Option(help="Comma-separated batch sizes (concurrent requests).")] = "1,4",
     workloads: Annotated[Optional[str], typer.Option(help="Built-in workloads to run (comma-separated).")] = None,
     repeats: Annotated[int, typer.Option(help="Rounds over everything (methods interleaved).", min=1)] = 1,
@@ -153,13 +153,14 @@ def bench(
     dspark: DsparkOption = None,
 ) -> None:
     """Compare drafting methods on the same workloads and batch sizes, side by side in one run."""
-    from hsedit.bench import chosen_workloads, engine_for_method, run_bench
+    from hsedit.bench import check_method, chosen_workloads, engine_for_method, run_bench
     from hsedit.config import find_pyproject, load_config
 
     err = Console(stderr=True)
     model = load_config(find_pyproject()).resolve("model", model, None)  # the methods are the flag's
     methods = [m.strip() for m in drafters.split(",") if m.strip()]
-    _check_methods(methods)
+    for method in methods:
+        check_method(method)
     sizes = _positive_ints(batch_size, "--batch-size")
     chosen = chosen_workloads(tasks, workloads)
     report = run_bench(
@@ -326,6 +327,8 @@ def finetune_train(
     max_tokens: Annotated[int, typer.Option(help="Skip examples longer than this (prompt + answer); whole files need ~6000.", min=64)] = 1024,
     init_adapter: Annotated[Optional[Path], typer.Option(help="Continue training this adapter (e.g. hsedit/models/apply-lora) instead of a new one.")] = None,
     bf16: Annotated[bool, typer.Option(help="bf16 autocast (faster on CPUs with AVX-512 BF16).")] = False,
+    checkpoint: Annotated[Optional[Path], typer.Option(help="Resume from and save to this directory (adapter, optimizer, data position, RNG): runs accumulate.")] = None,
+    budget_tokens: Annotated[Optional[int], typer.Option(help="With --checkpoint: decay the learning rate over this many tokens, counted over every run.", min=1)] = None,
 ) -> None:
     """LoRA fine-tune of the apply model (CPU or GPU: torch decides)."""
     from hsedit.engine.provision import resolve_model
@@ -338,6 +341,7 @@ def finetune_train(
         data=str(data), base_model=base_dir, output=str(out), rank=rank, alpha=2 * rank,
         learning_rate=learning_rate, epochs=epochs, time_budget_s=minutes * 60 if minutes else None,
         max_tokens=max_tokens, init_adapter=str(init_adapter) if init_adapter else None, bf16=bf16,
+        checkpoint=str(checkpoint) if checkpoint else None, budget_tokens=budget_tokens,
     )
     summary = train(config, log=typer.echo)
     typer.echo(json.dumps(summary))
@@ -523,13 +527,6 @@ def _runner(config, server: str | None, engine_flags: dict, engine_options):
     from hsedit.engine.engine import EngineOptions, shared_engine
 
     return EmbeddedRunner(shared_engine(EngineOptions(**engine_options())))
-
-
-def _check_methods(methods: list[str]) -> None:
-    from hsedit.drafting.chain import check_drafter
-
-    for method in methods:
-        check_drafter(method)
 
 
 def _write_diff(path: Path, diff: str) -> None:

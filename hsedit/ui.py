@@ -78,8 +78,9 @@ class LiveEdit:
 def bench_table(report) -> Table:
     step = f" · plain step {report.plain_step_ms:.0f} ms" if report.plain_step_ms else ""
     table = Table(title=f"hsedit bench · {report.repeats} round(s), methods interleaved; ratios from this run{step}")
-    columns = ("workload", "batch", "method", "tok/s", "vs plain", "vs ngram", "vs dspark", "tok/step",
-               "accepted/drafted", "proposer ms/step", "dspark runs", "exact")
+    columns = ("workload", "batch", "method", "tok/s", "vs plain", "vs ngram", "vs vLLM ngram (best)", "vs dspark",
+               "tok/step", "accepted/drafted", "proposer ms/step", "dspark runs", "limit s", "of limit", "prefill",
+               "exact")
     for column in columns:
         table.add_column(column, justify="left" if column in ("workload", "method", "accepted/drafted") else "right")
     for c in report.cells:
@@ -90,9 +91,10 @@ def bench_table(report) -> Table:
         if report.check_failed.get(c.workload):
             workload += f" ({len(report.check_failed[c.workload])} fail the instruction check)"
         if c.skipped:
-            table.add_row(workload, str(c.batch_size), c.method, "skipped", "", "", "", "", escape(c.skipped), "", "", "")
+            table.add_row(workload, str(c.batch_size), c.method, "skipped", *[""] * 5, escape(c.skipped), *[""] * 6)
             continue
-        ratios = [report.ratio(c, NO_DRAFTER), report.ratio(c, NGRAM), report.ratio(c, DSPARK)]
+        ratios = [report.ratio(c, NO_DRAFTER), report.ratio(c, NGRAM), report.ratio_to_best(c, VLLM_NGRAM),
+                  report.ratio(c, DSPARK)]
         acceptance = " · ".join(f"{name} {a}/{d}" for name, (a, d) in c.acceptance().items()) or "–"
         proposer = f"{c.proposer_ms_per_step:.2f}" if c.proposer_ms_per_step is not None else "–"
         table.add_row(
@@ -100,6 +102,9 @@ def bench_table(report) -> Table:
             *(f"{r:.2f}x" if r else "–" for r in ratios),
             f"{c.tokens_per_step:.2f}", acceptance, proposer,
             f"{c.model_run_share:.0%}" if c.model_run_share is not None else "–",
+            f"{c.limit_seconds:.1f}" if c.limit_seconds else "–",
+            f"{c.limit_share:.0%}" if c.limit_share is not None else "–",
+            f"{c.prefill_share:.0%}" if c.prefill_share is not None else "–",
             "yes" if not c.mismatches else f"NO ({len(c.mismatches)})",
         )
     return table

@@ -5,7 +5,17 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from hsedit.bench import BUILTIN_WORKLOADS, BenchTask, _groups, builtin_workloads, run_bench
+from hsedit.bench import (
+    BUILTIN_WORKLOADS,
+    BenchTask,
+    _groups,
+    all_accepted_limit,
+    builtin_workloads,
+    check_method,
+    max_draft_of,
+    method_name,
+    run_bench,
+)
 from hsedit.cli import app
 from hsedit.edit.diff import edit_distance
 
@@ -43,6 +53,24 @@ def test_bad_batch_sizes_and_workloads_are_usage_errors():
     assert runner.invoke(app, ["bench", "--batch-size", "two"]).exit_code == 2
     assert runner.invoke(app, ["bench", "--workloads", "huge"]).exit_code == 2
     assert runner.invoke(app, ["bench", "--drafters", "magic"]).exit_code == 2
+    assert runner.invoke(app, ["bench", "--drafters", "hybrid@x"]).exit_code == 2
+    assert runner.invoke(app, ["bench", "--drafters", "hybrid@0"]).exit_code == 2
+
+
+def test_a_method_names_its_drafter_and_maximum_draft():
+    check_method("hybrid@15")
+    assert (method_name("vllm-ngram@63"), max_draft_of("vllm-ngram@63")) == ("vllm-ngram", 63)
+    assert (method_name("hybrid"), max_draft_of("hybrid")) == ("hybrid", None)
+
+
+def test_the_all_accepted_limit_is_one_prefill_then_full_chains():
+    from hsedit.engine.costs import CostTable
+
+    table = CostTable.from_samples({1: 0.010, 16: 0.020, 64: 0.050})
+    # One request: 64 answer tokens 16 at a time (the first comes with the prefill): 4 steps of 16.
+    assert all_accepted_limit(table, [64], 16) == pytest.approx(4 * 0.020)
+    # Two requests: 2 steps with both (32 tokens each), then 2 with the longer alone.
+    assert all_accepted_limit(table, [33, 64], 16) == pytest.approx(2 * table.step_time(32) + 2 * 0.020)
 
 
 @pytest.mark.engine
@@ -66,3 +94,22 @@ def test_a_small_bench_runs_batches_checks_exactness_and_plots(tmp_path, plain_e
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads(json.dumps(report.as_dict()))
     assert data["exact"] and len(data["rows"]) == 4
+    for cell in report.cells:
+        assert cell.limit_seconds > 0 and cell.limit_share > 0 and 0 < cell.prefill_share < 1
+    plain, copy = rows[(1, "none")], rows[(1, "ngram")]
+    assert copy.limit_seconds < plain.limit_seconds  # a 15-token chain's limit is below one token a step's
+
+
+@pytest.mark.engine
+def test_vllm_ngram_at_two_settings_runs_side_by_side_in_child_processes(plain_engine):
+    """One vLLM built-in engine per process is all vLLM 0.32 on CPU allows once numba loads:
+    each setting runs in its own process, in the same interleaved run, exact against plain."""
+    light = builtin_workloads(["light"])[0]
+    small = type(light)("light", light.tasks[:1])
+    report = run_bench([small], ["none", "vllm-ngram", "vllm-ngram@31"], batch_sizes=[1])
+    assert report.exact, [c.mismatches for c in report.cells]
+    rows = {c.method: c for c in report.cells}
+    assert not any(c.skipped for c in rows.values()), [c.skipped for c in rows.values()]
+    assert rows["vllm-ngram"].accepted["vllm-ngram"] > 0 and rows["vllm-ngram@31"].accepted["vllm-ngram"] > 0
+    assert report.ratio_to_best(rows["vllm-ngram@31"], "vllm-ngram") <= 1.0
+

@@ -72,3 +72,25 @@ def test_a_run_continues_an_adapter_it_is_given(tiny_base, examples, tmp_path):
     moved = run("moved", init_adapter=str(tmp_path / "first"), learning_rate=1e-2, bf16=True)
     assert any(not torch.equal(first[k], moved[k]) for k in first)
     assert all(torch.isfinite(v).all() for v in moved.values())
+
+
+def test_a_checkpointed_run_cut_in_two_trains_as_one_run(tiny_base, examples, tmp_path):
+    """Weights, optimizer, data position and random state all travel: two runs of two examples
+    each, the second resuming the first, end where one run of four ends."""
+    def run(checkpoint: str, **changes) -> dict:
+        config = dict(data=str(examples), base_model=str(tiny_base), output=str(tmp_path / ("out-" + checkpoint)),
+                      rank=4, alpha=8, accumulation=2, max_tokens=4096, warmup_steps=1, learning_rate=1e-2,
+                      checkpoint=str(tmp_path / checkpoint), budget_tokens=20_000, **changes)
+        subprocess.run([sys.executable, "-c", TRAIN, json.dumps(config)], check=True)
+        return json.loads((tmp_path / checkpoint / "progress.json").read_text())
+
+    whole = run("whole")
+    first = run("split", stop_after_examples=2)
+    assert first["position"] == 2 and 0 < first["tokens_total"] < whole["tokens_total"]
+    second = run("split")
+    assert (second["position"], second["tokens_total"]) == (whole["position"], whole["tokens_total"]) == (4, whole["tokens_total"])
+    one, two = adapter_weights(tmp_path / "whole" / "adapter"), adapter_weights(tmp_path / "split" / "adapter")
+    assert one.keys() == two.keys()
+    assert all(torch.allclose(one[k], two[k], atol=1e-6) for k in one), "the resumed run diverged from the whole one"
+    moved = adapter_weights(tmp_path / "out-whole")
+    assert all(torch.equal(moved[k], one[k]) for k in one)  # the output adapter is the checkpoint's

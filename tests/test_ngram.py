@@ -2,6 +2,8 @@
 
 import random
 
+import numpy as np
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,3 +95,63 @@ def test_every_proposal_continues_an_earlier_occurrence_of_the_suffix(tokens, mi
     assert 1 <= len(chain.tokens) <= max_tokens
     assert chain.tokens == tokens[source_end + 1 : source_end + 1 + len(chain.tokens)]
     assert features.num_candidates >= 1
+
+
+# -- resync after a change -------------------------------------------------------------------
+def _copy_step(index, alignment, output, at, chain):
+    """Verify `chain` greedily against `output` from position `at`; book it; return the new position."""
+    kept = 0
+    while chain is not None and kept < len(chain) and at + kept < len(output) and chain.tokens[kept] == output[at + kept]:
+        kept += 1
+    emitted = output[at : at + kept + 1]
+    index.extend(emitted)
+    alignment.observe(chain, kept, emitted, index.tokens)
+    return at + len(emitted)
+
+
+def test_after_an_insertion_the_copy_resumes_where_the_original_continues():
+    from hsedit.drafting.ngram import Alignment
+
+    original = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    # `13` becomes `13 90 91` (attempt -> attempt_value): the original then goes on with 14.
+    output = [10, 11, 12, 13, 90, 91, 14, 15, 16, 17, 18, 19]
+    index, alignment = CopyIndex(3), Alignment()
+    index.extend(original + [10, 11, 12])  # the prompt, then the answer so far
+    at = _copy_step(index, alignment, output, 3, index.propose(15))  # keeps 13, then 90: diverged
+    assert alignment.diverged_at is not None and index.propose(15) is None  # no 3-gram to match
+    at = _copy_step(index, alignment, output, at, alignment.resume(index, 15))  # 14...: wrong, 91 comes
+    chain = alignment.resume(index, 15)
+    assert chain.tokens[:6] == [14, 15, 16, 17, 18, 19]  # resumed at once, not 3 tokens later
+    assert chain.copy_features.match_len == 1 and not chain.copy_features.candidates_agree
+
+
+def test_after_a_deletion_the_copy_resumes_after_the_last_new_token():
+    from hsedit.drafting.ngram import Alignment
+
+    original = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    output = [10, 11, 12, 16, 17, 18, 19]  # 13 14 15 deleted
+    index, alignment = CopyIndex(3), Alignment()
+    index.extend(original + [10, 11, 12])
+    at = _copy_step(index, alignment, output, 3, index.propose(15))  # 13 drafted, 16 emitted
+    assert index.propose(15) is None
+    assert alignment.resume(index, 15).tokens[:3] == [17, 18, 19]  # 16 is where the original is rejoined
+    assert _copy_step(index, alignment, output, at, alignment.resume(index, 15)) == len(output)
+
+
+def test_resync_only_with_a_price():
+    """The copy drafter alone never guesses (a wrong guess is verified at full length); the
+    hybrid prices the guess like any chain."""
+    from pathlib import Path
+
+    from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+    from hsedit.drafting.planner import DraftPlanner, RowView
+
+    original = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    model = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
+    for planner, guesses in ((DraftPlanner(min_match=3), False), (DraftPlanner(min_match=3, copy_model=model), True)):
+        context = original + [10, 11, 12]
+        (draft,) = planner.step([RowView("a", np.array(context), [12], 15)])
+        assert draft[:2] == [13, 14]
+        context += [13, 90]  # 13 kept, then a new token
+        (draft,) = planner.step([RowView("a", np.array(context), [13, 90], 15)])
+        assert (draft[:1] == [14]) is guesses

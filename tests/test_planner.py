@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hsedit.drafting.chain import NGRAM, PROBE, TARGET
+from hsedit.drafting.ngram import RESYNC_MAX_NEW
 from hsedit.drafting.planner import DraftPlanner, RowView
 
 PROMPT = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
@@ -99,8 +100,9 @@ def test_a_request_switches_between_chains_without_losing_its_context_features()
     selector.set_draft_costs([1, 4], [0.010, 0.016])
     size = planner.model_drafter.model.config.feature_size
     repeated = [5, 6, 7, 8, 9, 10, 11, 12] * 4  # copied text: the copy chain is confident
-    fresh = [20, 31, 42, 53, 64]  # never seen: no copy chain
-    features = torch.randn(64, size, generator=torch.Generator().manual_seed(0))  # [position, feature]
+    # Never seen, and longer than a change the copy drafter resyncs after: no copy chain.
+    fresh = list(range(20, 20 + RESYNC_MAX_NEW + 4))
+    features = torch.randn(128, size, generator=torch.Generator().manual_seed(0))  # [position, feature]
     sequence = [1, 2, 3, *repeated, *fresh]
     # The target's greedy output is `sequence`: it keeps each draft token that equals the next one.
     n, start, emitted = 4, 0, [sequence[3]]  # the prefill computes features from position 0

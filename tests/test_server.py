@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from hsedit.apply import EditJob, EmbeddedRunner, finish_edit, run_edit
+from hsedit.edit.check import check_edit
 from hsedit.edit.files import SourceFile
 from hsedit.engine.engine import GenerationRequest
 from hsedit.errors import HseditError
@@ -193,6 +194,11 @@ def test_eight_concurrent_edits_are_each_their_own_and_exact(server, plain_engin
             continue
         assert result["type"] == "result", result
         assert result["diff"] == "" or result["diff"].startswith(f"--- a/{job.display_path}\n")
+        # The instruction check's verdict travels with the result, and a failed one is the refusal.
+        verdict = check_edit(job.display_path, job.source.text, result["new_text"], job.instruction)
+        assert result["check"] == verdict.as_dict(), result["check"]
+        if verdict.failed and result["validation"]["ok"] and result["guard"]["ok"]:
+            assert "does not do what was asked" in result["refusal"], result["refusal"]
         if result["new_text"] != expected.new_text:
             # The server's batch composition depends on arrival times. A difference is only
             # allowed where plain decoding itself differs between compositions for this file.

@@ -59,6 +59,8 @@ class DraftChain:
     # and survival a_k = prod_{i<=k} c_i.
     confidences: list[float] | None = field(default=None)
     survival: list[float] | None = field(default=None)
+    # Copy chains: where in the copy index's tokens the first draft token was copied from.
+    source_start: int | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)

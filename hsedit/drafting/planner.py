@@ -24,7 +24,7 @@ from hsedit.drafting.chain import DSPARK, NGRAM, PROBE, DraftChain, StepRecord
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel, RequestOffset, VerifiedChain
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
-from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, CopyIndex
+from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, Alignment, CopyIndex
 
 DRAFTERS = (NGRAM, DSPARK)
 MAX_TRACKED_REQUESTS = 4096  # bound on state kept for requests nobody released
@@ -52,6 +52,7 @@ class _RequestState:
     records: list[StepRecord] = field(default_factory=list)
     model_estimate: list[float] | None = None  # expected survival of its next DSpark chain
     copy_offset: RequestOffset = field(default_factory=RequestOffset)  # its shift of the copy acceptance model
+    alignment: Alignment = field(default_factory=Alignment)  # where the output stands in what it copies
     # Tokens the answer is expected to repeat (a Predicted Output): indexed before the context.
     reference: tuple[int, ...] = ()
 
@@ -113,6 +114,7 @@ class DraftPlanner:
                 verified = VerifiedChain(record.copy_features, record.drafted, record.matched)
                 state.copy_offset.observe(self.copy_model, verified)
             _sync_index(state, row.context)
+            state.alignment.observe(state.pending, record.matched, record.emitted, state.index.tokens)
             live.append((i, row, state))
         candidates = self._propose([(row, state) for _, row, state in live])
         chosen = self._select(candidates)
@@ -174,6 +176,10 @@ class DraftPlanner:
         if NGRAM not in self.drafters:
             return None
         chain = state.index.propose(limit)
+        if (chain is None or not chain.tokens) and self.copy_model is not None:
+            # No suffix match right after a change: resume the source where it continues. Only
+            # with a price: a guess verified at full length costs more than it saves.
+            chain = state.alignment.resume(state.index, limit)
         if chain is None or not chain.tokens:
             return None
         if self.copy_model is not None:

@@ -40,7 +40,7 @@ from hsedit.drafting.chain import (
     StepRecord,
     check_drafter,
 )
-from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH
+from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, PRICED_MAX_DRAFT
 from hsedit.engine import vllm_proposer
 from hsedit.engine.costs import CostTable, cached_table
 from hsedit.engine.provision import cache_dir, resolve_copy_model, resolve_drafter, resolve_model
@@ -48,8 +48,10 @@ from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import ModelError
 
-# (concurrent requests, filler drafts each) profiled at start: 1 to 256 scheduled tokens.
-PROFILE_SHAPES = ((1, 0), (1, 3), (1, 7), (1, 15), (4, 7), (4, 15), (16, 15))
+# (concurrent requests, filler drafts each) profiled at start: 1 to 1024 scheduled tokens, the
+# shapes long chains verify (1, 4 and 16 requests with up to 63 drafts each).
+PROFILE_SHAPES = ((1, 0), (1, 3), (1, 7), (1, 15), (1, 31), (1, 63), (4, 7), (4, 15), (4, 31), (4, 63),
+                  (16, 15), (16, 31), (16, 63))
 PROFILE_PASSES = 2
 
 
@@ -57,7 +59,7 @@ PROFILE_PASSES = 2
 class EngineOptions:
     model: str | None = None  # None: the embedded default model
     drafter: str = NGRAM
-    num_speculative_tokens: int = DEFAULT_MAX_DRAFT
+    num_speculative_tokens: int | None = None  # None: 31 for the hybrid (it prices each chain), else 15
     min_match: int = DEFAULT_MIN_MATCH
     dspark: str | None = None  # DSpark drafter directory; None: the shipped one (default model only)
     copy_model: str | None = None  # copy acceptance coefficients; None: as `hsedit calibrate` left them
@@ -71,6 +73,13 @@ class EngineOptions:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     distributed_executor_backend: str | None = None  # "mp" or "ray"
+
+    @property
+    def max_draft(self) -> int:
+        """Draft tokens verified per request and step, at most."""
+        if self.num_speculative_tokens is not None:
+            return self.num_speculative_tokens
+        return PRICED_MAX_DRAFT if self.drafter == HYBRID else DEFAULT_MAX_DRAFT
 
 
 @dataclass
@@ -149,9 +158,10 @@ class Engine:
             kwargs["pipeline_parallel_size"] = options.pipeline_parallel_size
         if options.distributed_executor_backend:
             kwargs["distributed_executor_backend"] = options.distributed_executor_backend
+        max_draft = options.max_draft
         if options.drafter in OWN_DRAFTERS:
             drafters = OWN_DRAFTERS[options.drafter]
-            num_speculative_tokens = options.num_speculative_tokens
+            num_speculative_tokens = max_draft
             proposer_options: dict[str, Any] = dict(drafters=drafters, min_match=options.min_match)
             if DSPARK in drafters:
                 dspark_path = resolve_drafter(options.dspark, options.model)
@@ -171,14 +181,14 @@ class Engine:
         elif options.drafter == VLLM_NGRAM:
             kwargs["speculative_config"] = {
                 "method": "ngram",
-                "num_speculative_tokens": options.num_speculative_tokens,
+                "num_speculative_tokens": max_draft,
                 "prompt_lookup_min": options.min_match,
                 "prompt_lookup_max": max(options.min_match, 5),
             }
         elif options.drafter == VLLM_SUFFIX:
             kwargs["speculative_config"] = {
                 "method": "suffix",
-                "num_speculative_tokens": options.num_speculative_tokens,
+                "num_speculative_tokens": max_draft,
             }
         if "speculative_config" in kwargs:
             kwargs["per_request_spec_decode_metrics"] = "summary"

@@ -8,7 +8,7 @@ One request body, then one JSON object per line:
     {"type": "step", "pieces": [[text, source], ...], "text", "record": {source, drafted, matched, emitted, price},
      "finished": false}
     ... the last step: "finished": true, "finish_reason", "engine_reported": [drafted, accepted] | null
-    {"type": "result", ...}   what `hsedit apply --json` prints: new_text, diff, validation, guard, stats
+    {"type": "result", ...}   what `hsedit apply --json` prints: new_text, diff, validation, guard, check, stats
     {"type": "error", "message", "exit_code"}   instead of "result" when the answer is refused
 
 A request refused before it starts (bad fields, a file too long for the context) is an HTTP
