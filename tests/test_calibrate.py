@@ -1,5 +1,7 @@
 """`hsedit calibrate` on the real engine: verified copy chains become a fitted, scored model."""
 
+import math
+
 import pytest
 from typer.testing import CliRunner
 
@@ -39,7 +41,11 @@ def test_calibrate_fits_and_reports_on_general_and_edit_data(copy_engine, tmp_pa
     for part in ("fit", "heldout_general", "edits_never_fit"):
         scores = report[part]
         assert scores["positions"] > 0 and 0 <= scores["ece"] <= 1
-    assert report["fit"]["log_loss"] < 0.7  # better than a coin on the data it was fit to
+    # Better than the best constant guess (the acceptance rate itself) on the data it was fit to:
+    # the features carry information beyond the base rate.
+    rate = report["fit"]["accepted_rate"]
+    constant = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
+    assert report["fit"]["log_loss"] < constant
     path = tmp_path / "copy.json"
     model.save(path)
     assert CopyAcceptanceModel.load(path) == model

@@ -218,21 +218,29 @@ def _describe(tokens: Sequence[Tok]) -> str:
     return "`" + (text if len(text) <= 40 else text[:37] + "...") + "`"
 
 
-def first_difference(old: Source, new: Source, old_range=(0, None), new_range=(0, None)) -> str:
+def first_difference(old: Source, new: Source) -> str:
     """One line about the first place two token streams differ: 'line 40 changes `A` to `B`'."""
-    a = old.tokens[old_range[0] : old_range[1]]
-    b = new.tokens[new_range[0] : new_range[1]]
-    matcher = difflib.SequenceMatcher(a=[t.key for t in a], b=[t.key for t in b], autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    return _first_change(old, new, range(len(old.tokens)), range(len(new.tokens))) or "the token streams are the same"
+
+
+def _first_change(old: Source, new: Source, a: Sequence[int], b: Sequence[int]) -> str | None:
+    """The first difference between the tokens at positions `a` of `old` and `b` of `new`, in one
+    line (None: the same). A negative position is a placeholder that equals its counterpart."""
+    ka = [("<span>", "") if i < 0 else old.keys[i] for i in a]
+    kb = [("<span>", "") if j < 0 else new.keys[j] for j in b]
+    if ka == kb:
+        return None
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=ka, b=kb, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
-        if tag == "replace":
-            return f"line {a[i1].line} changes {_describe(a[i1:i2])} to {_describe(b[j1:j2])}"
-        if tag == "delete":
-            return f"line {a[i1].line} loses {_describe(a[i1:i2])}"
-        line = a[i1].line if i1 < len(a) else (a[-1].line if a else 1)
-        return f"line {line} gains {_describe(b[j1:j2])}"
-    return "the token streams are the same"
+        olds = [old.tokens[i] for i in a[i1:i2] if i >= 0]
+        news = [new.tokens[j] for j in b[j1:j2] if j >= 0]
+        before = [old.tokens[i] for i in a[:i1] if i >= 0]
+        line = olds[0].line if olds else before[-1].line if before else news[0].line if news else 1
+        if olds and news:
+            return f"line {line} changes {_describe(olds)} to {_describe(news)}"
+        return f"line {line} loses {_describe(olds)}" if olds else f"line {line} gains {_describe(news)}"
+    return None
 
 
 def _same(old: Source, new: Source) -> bool:
@@ -571,35 +579,18 @@ def _expression_keys(text: str) -> list[tuple[str, str]]:
 
 
 def _outside_differs(old: Source, new: Source, old_spans, new_spans) -> str | None:
-    """Compare the streams with the given token spans cut out (in order, same count); the first
-    difference outside them, or None."""
+    """The first difference outside the given token spans (in order, as many in each: span k of
+    the old file stands against span k of the new one), or None."""
     def cut(source: Source, spans) -> list[int]:
         keep, position = [], 0
         for i, j in sorted(spans):
             keep.extend(range(position, i))
-            keep.append(-1 - len(keep))  # a placeholder that matches its counterpart
+            keep.append(-1)  # the span, as one placeholder
             position = j
         keep.extend(range(position, len(source.tokens)))
         return keep
 
-    a, b = cut(old, old_spans), cut(new, new_spans)
-    ka = [("<span>", "") if i < 0 else old.keys[i] for i in a]
-    kb = [("<span>", "") if i < 0 else new.keys[i] for i in b]
-    if ka == kb:
-        return None
-    matcher = difflib.SequenceMatcher(a=ka, b=kb, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        olds = [old.tokens[i] for i in a[i1:i2] if i >= 0]
-        news = [new.tokens[j] for j in b[j1:j2] if j >= 0]
-        line = olds[0].line if olds else (old.tokens[a[i1 - 1]].line if i1 and a[i1 - 1] >= 0 else (news[0].line if news else 1))
-        if olds and news:
-            return f"line {line} changes {_describe(olds)} to {_describe(news)}"
-        if olds:
-            return f"line {line} loses {_describe(olds)}"
-        return f"line {line} gains {_describe(news)}"
-    return "the answer differs elsewhere"
+    return _first_change(old, new, cut(old, old_spans), cut(new, new_spans))
 
 
 # -- delete a function or class --------------------------------------------------------------
@@ -693,7 +684,7 @@ def check_debug_prints(old: Source, new: Source, scope: str | None, plural: bool
             break
         i, j = i + 1, j + 1
     if i < len(old.keys) or j < len(new.keys):
-        problem = _outside_differs(old, new, [], [])
+        problem = first_difference(old, new)
         return CheckVerdict(kind, False, f"the answer changes more than print statements: {problem}")
     lines = [prints[k].start_point[0] + 1 for k in removed]
     listed = ", ".join(map(str, lines))
@@ -1144,27 +1135,14 @@ def _annotations_naming_parameters(source: Source, functions: list) -> str | Non
 
 
 def _stripped_difference(old: Source, new: Source) -> str | None:
-    """The first difference once annotations (and, in the answer, typing imports) are cut out."""
+    """The first difference once annotations (and, in the answer, new typing imports) are cut out."""
     def keep(source: Source, spans) -> list[int]:
-        dropped = set()
-        for i, j in spans:
-            dropped.update(range(i, j))
+        dropped = {k for i, j in spans for k in range(i, j)}
         return [k for k in range(len(source.tokens)) if k not in dropped]
 
     a = keep(old, _annotation_spans(old))
     b = keep(new, _annotation_spans(new) + _typing_imports(new, besides=old))
-    ka, kb = [old.keys[i] for i in a], [new.keys[j] for j in b]
-    if ka == kb:
-        return None
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=ka, b=kb, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        olds, news = [old.tokens[i] for i in a[i1:i2]], [new.tokens[j] for j in b[j1:j2]]
-        line = olds[0].line if olds else news[0].line
-        if olds and news:
-            return f"line {line} changes {_describe(olds)} to {_describe(news)}"
-        return f"line {line} {'loses ' + _describe(olds) if olds else 'gains ' + _describe(news)}"
-    return None
+    return _first_change(old, new, a, b)
 
 
 # -- snippet merges --------------------------------------------------------------------------
