@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 TARGET ?= cpu
 STAMP := $(VENV)/.hsedit-$(TARGET)-installed
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast bench suffix clean
 
 setup: $(STAMP)
 
@@ -32,8 +32,15 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not engine"
 
-bench: setup
-	$(BIN)/hsedit bench --batch-size 1,4 --plot bench.png
+bench: setup suffix
+	$(BIN)/hsedit bench --drafters none,vllm-ngram@15,vllm-ngram@63,vllm-suffix,ngram,dspark,hybrid@15,hybrid --batch-size 1,4 --plot bench.png
+
+# vLLM's suffix decoding (arctic-inference) for `hsedit bench --drafters vllm-suffix`: built from
+# source into hsedit's cache, outside .venv, since its vLLM plugin patches every engine started
+# where it is importable; the bench puts it on the path of that method's own process only.
+SUFFIX_DIR := $(or $(HSEDIT_CACHE),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/hsedit,$(HOME)/.cache/hsedit))/arctic-inference
+suffix: setup
+	test -d $(SUFFIX_DIR)/arctic_inference || $(BIN)/python -m pip install --no-deps --target $(SUFFIX_DIR) "arctic-inference==0.3.0"
 
 clean:
 	rm -rf $(VENV)

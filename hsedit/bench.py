@@ -340,16 +340,28 @@ def check_method(method: str) -> None:
         raise UsageError(f"--drafters: {method!r}: the maximum draft after @ must be a whole number of at least 1")
 
 
+def suffix_package_dir() -> Path:
+    """Where `make suffix` installs arctic-inference: apart from the project's environment, since
+    its vLLM plugin patches every engine that starts where it is importable. Only the child
+    process of the `vllm-suffix` method puts it on its path."""
+    from hsedit.engine.provision import cache_dir
+
+    return cache_dir() / "arctic-inference"
+
+
 def engine_for_method(method: str, model: str | None = None, dspark: str | None = None) -> Engine:
     name = method_name(method)
+    extra_path = None
     if name == VLLM_SUFFIX and importlib.util.find_spec("arctic_inference") is None:
-        raise UnavailableMethod(
-            "vLLM's suffix decoding needs arctic-inference, which does not install here "
-            "(no wheel for this platform on PyPI; it builds from source only with CUDA)"
-        )
+        if not (suffix_package_dir() / "arctic_inference").is_dir():
+            raise UnavailableMethod(
+                "vLLM's suffix decoding needs arctic-inference: `make suffix` builds it (from source, about a "
+                f"minute) into {suffix_package_dir()}"
+            )
+        extra_path = str(suffix_package_dir())
     options = EngineOptions(model=model, drafter=name, dspark=dspark, num_speculative_tokens=max_draft_of(method))
     if name in VLLM_BUILTINS:
-        return ChildEngine(options, like=shared_engine(EngineOptions(model=model, drafter=NO_DRAFTER)))
+        return ChildEngine(options, like=shared_engine(EngineOptions(model=model, drafter=NO_DRAFTER)), extra_path=extra_path)
     return shared_engine(options)
 
 
@@ -359,10 +371,10 @@ class ChildEngine:
 
     proposer = None
 
-    def __init__(self, options: EngineOptions, like: Engine) -> None:
+    def __init__(self, options: EngineOptions, like: Engine, extra_path: str | None = None) -> None:
         context = multiprocessing.get_context("spawn")
         self._conn, theirs = context.Pipe()
-        self._process = context.Process(target=_serve_engine, args=(options, theirs), daemon=True)
+        self._process = context.Process(target=_serve_engine, args=(options, theirs, extra_path), daemon=True)
         self._process.start()
         kind, payload = self._conn.recv()
         if kind != "ready":
@@ -380,7 +392,11 @@ class ChildEngine:
         return payload
 
 
-def _serve_engine(options: EngineOptions, conn) -> None:
+def _serve_engine(options: EngineOptions, conn, extra_path: str | None = None) -> None:
+    import sys
+
+    if extra_path:  # before vLLM starts: it finds its plugins on the path then
+        sys.path.insert(0, extra_path)
     from hsedit.engine.engine import Engine
 
     try:
