@@ -271,25 +271,24 @@ def _fill(pattern: str) -> str:
     return pattern
 
 
-_RENAMES = [
-    re.compile(_fill(p), re.IGNORECASE)
-    for p in (
+def _patterns(*patterns: str) -> list[re.Pattern]:
+    """Instruction patterns with their placeholders filled, matched case-insensitively."""
+    return [re.compile(_fill(p), re.IGNORECASE) for p in patterns]
+
+
+_RENAMES = _patterns(
         _SCOPE_PREFIX + r"(?:please )?(?:rename|change the name of) (?:the )?" + _WHAT + r"?{old} (?:to|->|→|into|as) (?:the )?{new}" + _RENAME_TAIL + _SCOPE_SUFFIX + _RENAME_TAIL,
         r"(?:please )?rename (?:the )?" + _WHAT + r"?{old} (?:in|inside) (?:the )?(?:function |method )?{f} (?:to|->|→) {new}" + _RENAME_TAIL,
         _SCOPE_PREFIX + r"(?:the )?" + _WHAT + r"?{old} should be (?:called|named|renamed(?: to)?) {new}" + _RENAME_TAIL,
         r"call the " + _WHAT + r"?{new} instead of {old}" + _RENAME_TAIL,
         r"replace (?:every|each|all) (?:use|uses|occurrence|occurrences|reference|references) of (?:the )?" + _WHAT + r"?{old} (?:with|by) {new}" + _RENAME_TAIL,
         r"use the name {new} for the " + _WHAT + r"?{old}" + _RENAME_TAIL,
-    )
-]
-_SET_CONSTANT = [
-    re.compile(_fill(p), re.IGNORECASE)
-    for p in (
+)
+_SET_CONSTANT = _patterns(
         r"(?:please )?(?P<verb>set|change|update) (?:the )?(?:(?:constant|value of|setting|variable|default) )?(?:the )?(?:(?:constant|setting|variable) )?{name} (?:to|=) (?P<value>.+)",
         r"(?:the )?(?:(?:constant|setting|variable) )?{name} should (?:be|equal) (?P<value>.+)",
         r"{name} ?= ?(?P<value>.+)",
-    )
-]
+)
 _DELETE = re.compile(
     _fill(
         r"(?:please )?(?:delete|remove|drop|get rid of|take out) (?:the )?(?:(?:unused |dead )?(?P<what>function|method|class|def) )?"
@@ -306,16 +305,13 @@ _DEBUG_PRINT = re.compile(
     ),
     re.IGNORECASE,
 )
-_ADD_PARAMETER = [
-    re.compile(_fill(p), re.IGNORECASE)
-    for p in (
+_ADD_PARAMETER = _patterns(
         r"(?:please )?add (?:a |an |the )?(?:new )?(?:optional |keyword |keyword-only )?(?:parameter|argument|param|arg) {p}"
         r"(?: with (?:a )?default(?: value)?(?: of)? (?P<default>.+?))? to (?:the )?(?:function |method )?{f}",
         r"(?:please )?add (?:a |an |the )?(?:new )?(?:optional |keyword )?`(?P<param>[A-Za-z_]\w*) ?= ?(?P<default>[^`]+)` "
         r"(?:parameter |argument )?to (?:the )?(?:function |method )?{f}",
         r"give {f} a (?:new )?(?:optional |keyword )*(?:parameter|argument) {p}(?: \(default (?P<default>.+)\)| with default (?P<default2>.+))?",
-    )
-]
+)
 _FSTRING = re.compile(
     _fill(
         r"(?:please )?(?:(?:convert|change|switch|replace|turn|rewrite|migrate|move) (?:all |the |all the |every |any )?"
@@ -326,15 +322,12 @@ _FSTRING = re.compile(
     ),
     re.IGNORECASE,
 )
-_TYPE_HINTS = [
-    re.compile(_fill(p), re.IGNORECASE)
-    for p in (
+_TYPE_HINTS = _patterns(
         r"(?:please )?add (?:type )?(?:hints|annotations|type hints|type annotations) (?:to|for) (?:the )?(?:function |method )?{f}",
         r"(?:please )?annotate (?:the )?(?:parameters and return type of |function |method )?(?:the )?(?:function |method )?{f}",
         r"{f} needs (?:type )?(?:hints|annotations|type hints|type annotations)",
         r"(?:please )?add (?:type )?(?:hints|annotations|type hints|type annotations)(?P<whole>)(?: to (?:this|the) file| everywhere| to (?:all|every) functions?)?",
-    )
-]
+)
 
 
 def _normalize(instruction: str) -> str:
