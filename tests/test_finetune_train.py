@@ -94,3 +94,32 @@ def test_a_checkpointed_run_cut_in_two_trains_as_one_run(tiny_base, examples, tm
     assert all(torch.allclose(one[k], two[k], atol=1e-6) for k in one), "the resumed run diverged from the whole one"
     moved = adapter_weights(tmp_path / "out-whole")
     assert all(torch.equal(moved[k], one[k]) for k in one)  # the output adapter is the checkpoint's
+
+    # A run stopped by SIGTERM in the middle of an accumulation group (the signal is sent by the
+    # third forward pass) saves where the last update left it and resumes from there.
+    config = dict(data=str(examples), base_model=str(tiny_base), output=str(tmp_path / "out-stopped"),
+                  rank=4, alpha=8, accumulation=2, max_tokens=4096, warmup_steps=1, learning_rate=1e-2,
+                  checkpoint=str(tmp_path / "stopped"), budget_tokens=20_000)
+    subprocess.run([sys.executable, "-c", TERMINATED_ON_THIRD_FORWARD + TRAIN, json.dumps(config)], check=True)
+    stopped = json.loads((tmp_path / "stopped" / "progress.json").read_text())
+    assert (stopped["position"], stopped["tokens_total"]) == (first["position"], first["tokens_total"])
+    resumed = run("stopped")
+    assert (resumed["position"], resumed["tokens_total"]) == (4, whole["tokens_total"])
+    three = adapter_weights(tmp_path / "stopped" / "adapter")
+    assert all(torch.allclose(one[k], three[k], atol=1e-6) for k in one), "the run resumed after SIGTERM diverged"
+
+
+TERMINATED_ON_THIRD_FORWARD = """
+import os, signal, transformers
+_load = transformers.AutoModelForCausalLM.from_pretrained
+def _loaded(*args, **kwargs):
+    model = _load(*args, **kwargs)
+    calls = []
+    def hook(module, inputs, output):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+    model.register_forward_hook(hook)
+    return model
+transformers.AutoModelForCausalLM.from_pretrained = _loaded
+"""

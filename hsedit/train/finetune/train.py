@@ -18,6 +18,8 @@ import math
 import os
 import random
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -121,6 +123,12 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         rng.setstate(resumed["python_rng"])
         torch.set_rng_state(resumed["torch_rng"])
         log(f"resumed {config.checkpoint}: example {position}/{len(order)}, {tokens_before} tokens seen in all")
+    if config.checkpoint:
+        # Runs accumulate without end: a run that starts where the data ends starts another pass.
+        if position >= len(order):
+            batch = list(range(len(encoded)))
+            rng.shuffle(batch)
+            order = order + batch
 
     started = time.time()
     last_saved = started
@@ -142,11 +150,17 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     tokens_seen, running = 0, []
     stopped_early = False
     i = position - 1
+    stop_requested = _StopRequest(enabled=bool(config.checkpoint))
+
+    # Where the last optimizer update left the data: a stop between updates resumes from here
+    # (the half-accumulated gradient is dropped, those examples are seen again next run).
+    at_last_update = (position, 0)
 
     def save_checkpoint() -> None:
+        next_example, tokens = at_last_update
         _save_state(config.checkpoint, model, {
-            "data": data_id, "order": order, "position": i + 1, "update": update,
-            "tokens_total": tokens_before + tokens_seen, "optimizer": optimizer.state_dict(),
+            "data": data_id, "order": order, "position": next_example, "update": update,
+            "tokens_total": tokens_before + tokens, "optimizer": optimizer.state_dict(),
             "python_rng": rng.getstate(), "torch_rng": torch.get_rng_state(),
         })
 
@@ -164,6 +178,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
             optimizer.step()
             optimizer.zero_grad()
             update += 1
+            at_last_update = (i + 1, tokens_seen)
             if config.checkpoint and time.time() - last_saved > config.checkpoint_every_s:
                 save_checkpoint()  # only between updates: no half-accumulated gradient is lost
                 last_saved = time.time()
@@ -182,6 +197,11 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         if config.stop_after_examples and i + 1 - position >= config.stop_after_examples and at_update:
             stopped_early = True
             break
+        if stop_requested.signal:
+            stopped_early = True
+            log(f"{stop_requested.signal} received: saving the checkpoint at example {at_last_update[0]}")
+            break
+    stop_requested.restore()
     if config.checkpoint:
         save_checkpoint()
     out_dir = Path(config.output)
@@ -198,6 +218,27 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     }
     (out_dir / "training.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+class _StopRequest:
+    """SIGTERM or Ctrl-C while training into a checkpoint: finish the update, save, then stop
+    (a background run that is stopped keeps what it learnt since its last save)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.signal: str | None = None
+        self._previous: dict = {}
+        if enabled and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._note)
+
+    def _note(self, signum, frame) -> None:
+        if self.signal is not None:  # asked twice: stop now
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def _file_sha256(path: str | Path) -> str:
