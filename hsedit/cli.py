@@ -255,8 +255,9 @@ def serve(
     max_queue: Annotated[int, typer.Option(help="Requests held at once (running + waiting); more get 429 with Retry-After.", min=1)] = 64,
     max_tokens: Annotated[Optional[int], typer.Option(help="Largest max_tokens a request may ask for (default: the model's context).", min=1)] = None,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body; larger ones get 413.", min=1024)] = 4 << 20,
-    tensor_parallel_size: Annotated[int, typer.Option(help="vLLM tensor parallelism (GPUs per model; vLLM's own drafters only).", min=1)] = 1,
-    pipeline_parallel_size: Annotated[int, typer.Option(help="vLLM pipeline parallelism (vLLM's own drafters only).", min=1)] = 1,
+    multiprocessing: Annotated[bool, typer.Option("--multiprocessing/--no-multiprocessing", help="vLLM's engine core in its own process (the drafters run there; per-token sources are then not shown).")] = False,
+    tensor_parallel_size: Annotated[int, typer.Option(help="vLLM tensor parallelism (GPUs per model); every drafter runs in each worker.", min=1)] = 1,
+    pipeline_parallel_size: Annotated[int, typer.Option(help="vLLM pipeline parallelism (vLLM 0.32 cannot draft with it: --drafter none).", min=1)] = 1,
     distributed_executor_backend: Annotated[Optional[str], typer.Option(help="vLLM's executor for parallel workers: mp or ray (several machines).")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="vLLM compiled mode: faster steps, slow first start.")] = False,
     dspark: DsparkOption = None,
@@ -276,7 +277,7 @@ def serve(
     options = EngineOptions(
         model=config.resolve("model", model, None), drafter=config.drafter_or_default(drafter), compile=compile,
         dspark=dspark, tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-        distributed_executor_backend=distributed_executor_backend,
+        distributed_executor_backend=distributed_executor_backend, multiprocessing=multiprocessing,
     )
     settings = ServerSettings(
         served_model=options.model or "embedded", drafter=options.drafter, api_key=api_key, max_queue=max_queue,

@@ -129,6 +129,9 @@ def test_openai_client_with_a_prediction_matches_the_embedded_engine(server, hyb
     plain = client.chat.completions.create(model=model, messages=messages, max_tokens=200)
     assert plain.choices[0].message.content == embedded.text  # the prediction never changes the answer
     assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0  # none without one, as OpenAI
+    # /v1/completions continues a prompt as given (vLLM's benchmark client and completion clients).
+    text = client.completions.create(model=model, prompt=prompt, max_tokens=200)
+    assert text.choices[0].text == embedded.text and text.usage.completion_tokens == len(embedded.token_ids)
 
 
 def test_apply_through_the_server_prints_what_the_embedded_engine_does(server, hybrid_engine, tmp_path):

@@ -49,6 +49,24 @@ def test_bad_chat_requests_are_refused_with_a_reason(body):
         parse(body)
 
 
+def test_a_text_completion_request_shares_the_chat_checks_and_has_its_own_shape():
+    text = openai_api.parse_completion_request(
+        {"model": "embedded", "prompt": ["def f():"], "max_tokens": 30, "stream": True},
+        served_model="embedded", max_tokens_limit=512,
+    )
+    assert text.kind == openai_api.TEXT and text.text_prompt == "def f():" and text.messages is None
+    assert text.generation.max_tokens == 30 and text.stream
+    for bad in ({"prompt": ""}, {"prompt": ["a", "b"]}, {"prompt": "x", "max_tokens": 513}, {"prompt": "x", "temperature": 3}):
+        with pytest.raises(openai_api.BadRequest):
+            openai_api.parse_completion_request(bad, served_model="embedded", max_tokens_limit=512)
+    stats = stats_with(StepRecord(None, 0, 0, (5,)))
+    body = openai_api.completion("cmpl-1", "embedded", "pass", stats, False, openai_api.TEXT)
+    assert body["object"] == "text_completion" and body["choices"][0]["text"] == "pass"
+    assert "message" not in body["choices"][0]
+    piece = openai_api.chunk("cmpl-1", "embedded", {"content": "pa"}, kind=openai_api.TEXT)
+    assert piece["object"] == "text_completion" and piece["choices"][0]["text"] == "pa"
+
+
 def test_another_model_is_not_served():
     with pytest.raises(openai_api.UnknownModel, match="embedded"):
         parse({**CHAT, "model": "gpt-4o"})

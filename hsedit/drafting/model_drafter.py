@@ -168,6 +168,9 @@ class ModelDrafter:
             )
         return chains
 
+    def request_ids(self) -> set[str]:
+        return set(self._contexts)
+
     def release(self, req_id: str) -> None:
         context = self._contexts.pop(req_id, None)
         if context is not None and context.tokens is not None:

@@ -149,6 +149,16 @@ class DraftPlanner:
             if self.selector is not None:
                 self.selector.set_draft_costs(counts, seconds)
 
+    def knows(self, req_id: str) -> bool:
+        return req_id in self._states
+
+    def request_ids(self) -> set[str]:
+        """Every request some drafter keeps state for."""
+        ids = set(self._states)
+        if self.model_drafter is not None:
+            ids |= self.model_drafter.request_ids()
+        return ids
+
     def release(self, req_id: str) -> None:
         state = self._states.pop(req_id, None)
         if state is not None and state.copy_offset.value != state.copy_offset.prior:

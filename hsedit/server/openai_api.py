@@ -1,5 +1,6 @@
-"""OpenAI's chat-completions shapes: a request body in, a GenerationRequest out; a finished (or
-streaming) generation in, OpenAI's response objects out. Pure functions, tested without a server.
+"""OpenAI's chat-completions and (legacy) completions shapes: a request body in, a
+GenerationRequest out; a finished (or streaming) generation in, OpenAI's response objects out.
+Pure functions, tested without a server. Both endpoints share every sampling field's check.
 
 Predicted Outputs (`prediction: {"type": "content", "content": ...}`) seed the request's copy
 drafter with the predicted text, as the original file does for `hsedit apply`; the answer is
@@ -32,22 +33,49 @@ class UnknownModel(LookupError):
     """The request names another model than the one served: HTTP 404."""
 
 
+CHAT, TEXT = "chat.completion", "text_completion"  # the two response object types
+
+
 @dataclass(frozen=True)
 class ChatRequest:
-    messages: list[dict[str, str]]
+    messages: list[dict[str, str]] | None  # chat completions; None for a text completion
     generation: GenerationRequest  # its prompt is filled in by the server (the chat template)
     stream: bool
     include_usage: bool
     has_prediction: bool
+    text_prompt: str | None = None  # text completions: the prompt as given
+
+    @property
+    def kind(self) -> str:
+        return CHAT if self.messages is not None else TEXT
 
 
 def parse_chat_request(body: Any, *, served_model: str, max_tokens_limit: int) -> ChatRequest:
+    _check_body(body, served_model)
+    return _sampling(body, max_tokens_limit, messages=_messages(body.get("messages")))
+
+
+def parse_completion_request(body: Any, *, served_model: str, max_tokens_limit: int) -> ChatRequest:
+    """/v1/completions: a prompt string (or a list holding one) continued as it is."""
+    _check_body(body, served_model)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise BadRequest("prompt must be a non-empty string (one prompt per request)")
+    return _sampling(body, max_tokens_limit, text_prompt=prompt)
+
+
+def _check_body(body: Any, served_model: str) -> None:
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     model = body.get("model")
     if model is not None and model != served_model:
         raise UnknownModel(f"the model {model!r} is not served here; this server serves {served_model!r}")
-    messages = _messages(body.get("messages"))
+
+
+def _sampling(body: dict, max_tokens_limit: int, *, messages: list | None = None, text_prompt: str | None = None) -> ChatRequest:
+    """The fields both endpoints share, each checked once."""
     n = body.get("n", 1)
     if n not in (1, None):
         raise BadRequest("n must be 1: this server returns one choice")
@@ -81,7 +109,7 @@ def parse_chat_request(body: Any, *, served_model: str, max_tokens_limit: int) -
     generation = GenerationRequest(
         prompt="", max_tokens=max_tokens, temperature=float(temperature), seed=seed, stop=stop, prediction=prediction
     )
-    return ChatRequest(messages, generation, stream, bool(options.get("include_usage")), prediction is not None)
+    return ChatRequest(messages, generation, stream, bool(options.get("include_usage")), prediction is not None, text_prompt)
 
 
 def _messages(value: Any) -> list[dict[str, str]]:
@@ -115,8 +143,8 @@ def _text(content: Any, where: str) -> str:
     raise BadRequest(f"{where} must be a string or a list of text parts")
 
 
-def completion_id() -> str:
-    return "chatcmpl-" + uuid.uuid4().hex
+def completion_id(kind: str = CHAT) -> str:
+    return ("chatcmpl-" if kind == CHAT else "cmpl-") + uuid.uuid4().hex
 
 
 def usage(stats: RequestStats, has_prediction: bool) -> dict:
@@ -137,32 +165,30 @@ def finish_reason(stats: RequestStats) -> str:
     return "length" if stats.finish_reason == "length" else "stop"
 
 
-def completion(cid: str, model: str, text: str, stats: RequestStats, has_prediction: bool) -> dict:
+def completion(cid: str, model: str, text: str, stats: RequestStats, has_prediction: bool, kind: str = CHAT) -> dict:
+    content = {"message": {"role": "assistant", "content": text}} if kind == CHAT else {"text": text}
     return {
         "id": cid,
-        "object": "chat.completion",
+        "object": kind,
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": finish_reason(stats),
-                "logprobs": None,
-            }
-        ],
+        "choices": [{"index": 0, **content, "finish_reason": finish_reason(stats), "logprobs": None}],
         "usage": usage(stats, has_prediction),
     }
 
 
-def chunk(cid: str, model: str, delta: dict, finish: str | None = None, usage_: dict | None = None) -> dict:
-    """One streamed chunk; the usage chunk (stream_options.include_usage) has no choices."""
+def chunk(
+    cid: str, model: str, delta: dict, finish: str | None = None, usage_: dict | None = None, kind: str = CHAT
+) -> dict:
+    """One streamed chunk; the usage chunk (stream_options.include_usage) has no choices. A text
+    completion's chunk carries its text where a chat chunk has the delta."""
+    content = {"delta": delta} if kind == CHAT else {"text": delta.get("content", "")}
     body: dict[str, Any] = {
         "id": cid,
-        "object": "chat.completion.chunk",
+        "object": "chat.completion.chunk" if kind == CHAT else TEXT,
         "created": int(time.time()),
         "model": model,
-        "choices": [] if usage_ is not None else [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        "choices": [] if usage_ is not None else [{"index": 0, **content, "finish_reason": finish, "logprobs": None}],
     }
     if usage_ is not None:
         body["usage"] = usage_
