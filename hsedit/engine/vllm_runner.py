@@ -1,0 +1,122 @@
+"""Everything hsedit reads from, or changes in, vLLM's V1 model runner: one adapter, built once
+when vLLM loads the proposer, checked against the vLLM it was written for.
+
+vLLM hands a custom proposer its batch's tokens but not the request ids, the requests' sampling
+parameters or the target's hidden states (its own EAGLE proposers get the runner and the hidden
+states as arguments). So the adapter
+- finds the runner that owns the proposer (a walk up the frames that are loading it),
+- reads the batch's request ids, which rows are sampled, and the requests the runner holds,
+- turns on vLLM's auxiliary hidden states (the EAGLE-3 / DFlash mechanism) for chosen layers and
+  keeps each step's rows for `propose`.
+A vLLM upgrade touches this module only; `SUPPORTED_VLLM` names the versions it was written for.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+SUPPORTED_VLLM = ("0.32.",)  # version prefixes; another vLLM fails in one line at load
+
+
+@dataclass(frozen=True)
+class StepFeatures:
+    """The target's auxiliary hidden states of one step, as the runner computed them."""
+
+    hidden: torch.Tensor  # [num_scheduled_tokens, num_layers * hidden_size]
+    starts: list[int]  # [batch_size + 1] each row's first token in `hidden`
+    positions: list[int]  # [batch_size] position of each row's first scheduled token
+
+
+class RunnerAdapter:
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self._features: StepFeatures | None = None
+
+    @classmethod
+    def for_proposer(cls, proposer: Any) -> RunnerAdapter:
+        """The adapter for the runner loading `proposer` (call from the proposer's `load_model`)."""
+        check_vllm_version()
+        frame = sys._getframe(1)
+        while frame is not None:
+            candidate = frame.f_locals.get("self")
+            if getattr(candidate, "drafter", None) is proposer and hasattr(candidate, "input_batch"):
+                return cls(candidate)
+            frame = frame.f_back
+        raise RuntimeError("hsedit: cannot find vLLM's model runner (unsupported vLLM version?)")
+
+    # -- what the batch holds this step --------------------------------------------------
+    def request_ids(self) -> list[str]:
+        """[batch_size] the request id of each row the runner is about to pass to `propose`."""
+        return self.runner.input_batch.req_ids
+
+    def sampled_request_ids(self) -> set[str]:
+        """Requests decoded with temperature > 0."""
+        return self.runner.input_batch.random_reqs
+
+    def held_requests(self) -> Mapping[str, Any]:
+        """Every request the runner holds (running or preempted): id -> its cached state."""
+        return self.runner.requests
+
+    @staticmethod
+    def extra_args(request_state: Any) -> dict:
+        """A held request's `SamplingParams.extra_args` (vLLM's OpenAI server: `vllm_xargs`)."""
+        params = getattr(request_state, "sampling_params", None)
+        return getattr(params, "extra_args", None) or {}
+
+    # -- the target's hidden states ------------------------------------------------------
+    def capture_aux_hidden_states(self, layers: tuple[int, ...]) -> None:
+        """Have the target return the outputs of `layers` (0 = the embedding output, i + 1 the
+        output of layer i) and keep them each step for `take_features`. Call before the runner
+        sets its layers up (the proposer's `load_model` is)."""
+        runner = self.runner
+        runner.use_aux_hidden_state_outputs = True
+        runner._get_eagle3_aux_layers_from_config = lambda: layers
+        original = runner.propose_draft_token_ids
+        signature = inspect.signature(original)
+
+        def propose_keeping_features(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs).arguments
+            aux = bound["aux_hidden_states"]
+            starts = bound["common_attn_metadata"].query_start_loc_cpu.tolist()  # [num_reqs + 1]
+            positions = runner.positions[torch.tensor(starts[:-1], dtype=torch.long)].tolist()
+            self._features = StepFeatures(torch.cat(aux, dim=-1), starts, positions)
+            return original(*args, **kwargs)
+
+        runner.propose_draft_token_ids = propose_keeping_features
+
+    def take_features(self) -> StepFeatures | None:
+        """This step's hidden states (once), or None when none were captured."""
+        features, self._features = self._features, None
+        return features
+
+
+def target_embeddings(model: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's input embedding and LM head weights, as vLLM's model holds them."""
+    inner = getattr(model, "model", None)
+    embed = getattr(getattr(inner, "embed_tokens", None), "weight", None)
+    head = getattr(getattr(model, "lm_head", None), "weight", None)
+    if embed is None or head is None:
+        raise RuntimeError("hsedit: cannot find the target's embeddings and LM head for the DSpark drafter")
+    return embed, head
+
+
+def worker_drafter(worker: Any) -> Any:
+    """The drafter of a vLLM worker's model runner (None on a pipeline stage without one)."""
+    return getattr(getattr(worker, "model_runner", None), "drafter", None)
+
+
+def check_vllm_version() -> None:
+    import vllm
+
+    version = getattr(vllm, "__version__", "unknown")
+    if not version.startswith(SUPPORTED_VLLM):
+        raise RuntimeError(
+            f"hsedit's drafters were written for vLLM {', '.join(v.rstrip('.') for v in SUPPORTED_VLLM)}, "
+            f"not {version}: use --drafter vllm-ngram or none, or the vLLM version hsedit pins"
+        )
