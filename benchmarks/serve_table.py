@@ -171,7 +171,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="hsedit-serve-bench-"))
     data = workloads(scratch, model)
     max_draft = EngineOptions(drafter="hybrid").max_draft
-    print(f"| server | workload | concurrency | output tok/s | median TTFT (ms) | median TPOT (ms) |")
+    print("| server | workload | concurrency | output tok/s | median TTFT (ms) | median TPOT (ms) |")
     print("|---|---|---|---|---|---|", flush=True)
     for name in args.servers.split(","):
         port = free_port()

@@ -15,6 +15,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from hsedit.errors import EXIT_CODES, EXIT_INTERRUPTED, HseditError, InputFileError, UsageError
+from hsedit.train.commands import register as register_training_commands
 
 
 class _OneLineErrors(TyperGroup):
@@ -291,130 +292,7 @@ def serve(
     ))
 
 
-finetune_app = typer.Typer(no_args_is_help=True, help="Make, train and evaluate the apply model.")
-app.add_typer(finetune_app, name="finetune")
-
-
-@finetune_app.command("data")
-def finetune_data(
-    out: Annotated[Path, typer.Option(help="JSON-lines file to write.")],
-    per_kind: Annotated[int, typer.Option(help="Training examples per edit kind.", min=1)] = 70,
-    file_per_kind: Annotated[int, typer.Option(help="Whole-file examples per edit kind (50-200-line files), besides the chunks.", min=0)] = 0,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-) -> None:
-    """Generate instructed edits with exact targets from installed Python source."""
-    from collections import Counter
-
-    from hsedit.train.finetune.dataset import generate, generate_whole_files, save
-
-    examples = generate(seed=seed, limit_per_kind=per_kind)
-    if file_per_kind:
-        examples += generate_whole_files(seed=seed, limit_per_kind=file_per_kind)
-    save(examples, out)
-    counts = Counter((e.split, e.scope, e.kind) for e in examples)
-    for (split, scope, kind), n in sorted(counts.items()):
-        typer.echo(f"{split:5} {scope:5} {kind:20} {n}")
-
-
-@finetune_app.command("train")
-def finetune_train(
-    data: Annotated[Path, typer.Option(help="Examples from `hsedit finetune data`.")],
-    out: Annotated[Path, typer.Option(help="Directory for the LoRA adapter.")],
-    base: Annotated[str, typer.Option(help="Base model (name, HF directory or .gguf).")] = "embedded-base",
-    minutes: Annotated[Optional[float], typer.Option(help="Stop (and save) after this long.")] = None,
-    epochs: Annotated[float, typer.Option(min=0.01)] = 1.0,
-    rank: Annotated[int, typer.Option(min=1)] = 16,
-    learning_rate: Annotated[float, typer.Option()] = 4e-4,
-    max_tokens: Annotated[int, typer.Option(help="Skip examples longer than this (prompt + answer); whole files need ~6000.", min=64)] = 1024,
-    init_adapter: Annotated[Optional[Path], typer.Option(help="Continue training this adapter (e.g. hsedit/models/apply-lora) instead of a new one.")] = None,
-    bf16: Annotated[bool, typer.Option(help="bf16 autocast (faster on CPUs with AVX-512 BF16).")] = False,
-    checkpoint: Annotated[Optional[Path], typer.Option(help="Resume from and save to this directory (adapter, optimizer, data position, RNG): runs accumulate.")] = None,
-    budget_tokens: Annotated[Optional[int], typer.Option(help="With --checkpoint: decay the learning rate over this many tokens, counted over every run.", min=1)] = None,
-) -> None:
-    """LoRA fine-tune of the apply model (CPU or GPU: torch decides)."""
-    from hsedit.engine.provision import resolve_model
-    from hsedit.train.finetune.train import TrainConfig, train
-
-    if init_adapter and not (init_adapter / "adapter_config.json").is_file():
-        raise UsageError(f"not a LoRA adapter directory (no adapter_config.json): {init_adapter}")
-    base_dir = resolve_model(base)
-    config = TrainConfig(
-        data=str(data), base_model=base_dir, output=str(out), rank=rank, alpha=2 * rank,
-        learning_rate=learning_rate, epochs=epochs, time_budget_s=minutes * 60 if minutes else None,
-        max_tokens=max_tokens, init_adapter=str(init_adapter) if init_adapter else None, bf16=bf16,
-        checkpoint=str(checkpoint) if checkpoint else None, budget_tokens=budget_tokens,
-    )
-    summary = train(config, log=typer.echo)
-    typer.echo(json.dumps(summary))
-
-
-@finetune_app.command("eval")
-def finetune_eval(
-    model: Annotated[Optional[str], typer.Option(help="Model to evaluate (default: the shipped apply model).")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="Examples (default: the shipped held-out set).")] = None,
-    whole_files: Annotated[bool, typer.Option("--whole-files", help="The shipped held-out whole files (50-200 lines) instead of the chunks.")] = False,
-    limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N per kind.", min=1)] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """Exact-match, unchanged-lines-kept, parse and cut-off rates per edit kind on held-out files."""
-    from hsedit.engine.engine import EngineOptions, shared_engine
-    from hsedit.train.finetune.dataset import HELDOUT, HELDOUT_FILES, load
-    from hsedit.train.finetune.evaluate import evaluate, overall
-
-    if data and whole_files:
-        raise UsageError("--data and --whole-files choose the same thing: give one")
-    examples = load(data or (HELDOUT_FILES if whole_files else HELDOUT), split=None if data else "eval")
-    if limit:
-        from collections import Counter
-
-        per_kind: Counter[str] = Counter()
-        kept = []
-        for example in examples:
-            if per_kind[example.kind] < limit:
-                per_kind[example.kind] += 1
-                kept.append(example)
-        examples = kept
-    engine = shared_engine(EngineOptions(model=model, drafter="ngram"))
-    reports = evaluate(engine, examples)
-    rows = [r.as_dict() for r in reports] + [overall(reports)]
-    if as_json:
-        typer.echo(json.dumps({"model": model or "embedded", "kinds": rows}))
-        return
-    from hsedit.ui import eval_table
-
-    Console().print(eval_table(model or "embedded", rows))
-
-
-@app.command()
-def calibrate(
-    model: Annotated[Optional[str], typer.Option(help="Target model, as for apply (default: embedded).")] = None,
-    prompts: Annotated[Optional[list[Path]], typer.Option(help="General-text prompt files (JSON lines, {\"turns\": [...]}); default: the shared MT-Bench, SWE-bench and HumanEval sets.")] = None,
-    limit: Annotated[int, typer.Option(help="General prompts to use.", min=10)] = 200,
-    edits: Annotated[int, typer.Option(help="Held-out edit prompts to score the fit on (never fit).", min=0)] = 40,
-    out: Annotated[Optional[Path], typer.Option(help="Where to save the coefficients (default: the model's entry in hsedit's cache, which the hybrid drafter reads).")] = None,
-) -> None:
-    """Fit the copy drafter's acceptance model for a target on its own general-text outputs."""
-    from hsedit.engine.engine import EngineOptions, shared_engine
-    from hsedit.engine.provision import copy_model_path
-    from hsedit.train.calibrate import calibrate as fit
-    from hsedit.train.calibrate import edit_prompts_from_heldout, read_general_prompts, shared_prompt_files
-
-    err = Console(stderr=True)
-    files = list(prompts or shared_prompt_files())
-    if not files:
-        raise UsageError("no prompt files: pass --prompts FILE (JSON lines of general text)")
-    missing = [str(f) for f in files if not Path(f).is_file()]
-    if missing:
-        raise UsageError(f"no such prompt file: {missing[0]}")
-    general = read_general_prompts(files, limit)
-    engine = shared_engine(EngineOptions(model=model, drafter="ngram"))
-    edit_prompts = edit_prompts_from_heldout(engine, edits) if edits else []
-    fitted, report = fit(engine, general, edit_prompts, model or "embedded", log=lambda m: err.print(m, style="dim"))
-    target = out or copy_model_path(model)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fitted.save(target)
-    typer.echo(json.dumps({"saved": str(target), **report}, indent=2))
-
+register_training_commands(app)
 
 hook_app = typer.Typer(no_args_is_help=True, help="pre-commit hooks (instructions from [tool.hsedit] in pyproject.toml).")
 app.add_typer(hook_app, name="hook")
@@ -457,59 +335,6 @@ def _hook(mode: str, files: list[str]) -> None:
         config, files, fix=mode == "fix", root=Path.cwd(), say=lambda line: typer.echo(line),
     )
     raise typer.Exit(status)
-
-
-drafter_app = typer.Typer(no_args_is_help=True, help="Train the DSpark model drafter for a target.")
-app.add_typer(drafter_app, name="drafter")
-
-
-@drafter_app.command("train")
-def drafter_train(
-    out: Annotated[Path, typer.Option(help="Directory for the drafter (config.json + model.safetensors).")],
-    target: Annotated[Optional[str], typer.Option(help="Target model, as --model takes it (default: embedded).")] = None,
-    corpus: Annotated[Optional[list[Path]], typer.Option(help="JSON-lines prompt files the target answers ({\"turns\": [...]} or {\"prompt\": ...}); repeatable.")] = None,
-    max_prompts: Annotated[int, typer.Option(min=0)] = 400,
-    edit_examples: Annotated[int, typer.Option(help="Generated edit examples added to the data.", min=0)] = 200,
-    minutes: Annotated[float, typer.Option(help="Training time budget.", min=0.1)] = 60.0,
-    draft_layers: Annotated[int, typer.Option(min=1)] = 1,
-    markov_rank: Annotated[int, typer.Option(min=0)] = 32,
-    learning_rate: Annotated[float, typer.Option()] = 1e-3,
-    data_cache: Annotated[Optional[Path], typer.Option(help="Keep prepared sequences here and reuse them.")] = None,
-) -> None:
-    """Generate target data, train backbone + Markov + confidence heads, fit STS, save."""
-    from hsedit.train.drafter.train import DrafterTrainConfig, run
-
-    config = DrafterTrainConfig(
-        target=target, output=str(out), corpus=[str(c) for c in corpus or []], max_prompts=max_prompts,
-        edit_examples=edit_examples, minutes=minutes, draft_layers=draft_layers, markov_rank=markov_rank,
-        learning_rate=learning_rate, data_cache=str(data_cache) if data_cache else None,
-    )
-    path, report = run(config, log=typer.echo)
-    summary = {k: v for k, v in report.items() if k not in ("history", "config")}
-    typer.echo(json.dumps({"drafter": str(path), **summary}))
-
-
-@drafter_app.command("eval")
-def drafter_eval(
-    prompts: Annotated[list[Path], typer.Option(help="JSON-lines prompt files the target answers (new to the drafter).")],
-    drafter: DsparkOption = None,
-    target: Annotated[Optional[str], typer.Option(help="Target model, as --model takes it (default: embedded).")] = None,
-    limit: Annotated[int, typer.Option(help="Prompts to use.", min=1)] = 40,
-    edits: Annotated[int, typer.Option(help="Held-out edit examples to add (never trained on).", min=0)] = 40,
-) -> None:
-    """Per-position acceptance and calibration (ECE, AUC) of a drafter's survival, before/after STS."""
-    from hsedit.engine.provision import resolve_drafter
-    from hsedit.train.drafter.data import read_prompts
-    from hsedit.train.drafter.train import evaluate
-    from hsedit.train.finetune.dataset import heldout_sample
-
-    err = Console(stderr=True)
-    missing = [str(p) for p in prompts if not p.is_file()]
-    if missing:
-        raise UsageError(f"no such prompt file: {missing[0]}")
-    report = evaluate(resolve_drafter(drafter, target), target, read_prompts(prompts, limit), heldout_sample(edits),
-                      log=lambda m: err.print(m, style="dim"))
-    typer.echo(json.dumps(report, indent=2))
 
 
 def _runner(config, server: str | None, engine_flags: dict, engine_options):

@@ -67,7 +67,7 @@ def test_leaving_a_stream_early_aborts_its_requests(copy_engine, prompts):
 def test_cost_table_was_profiled_at_the_shapes_the_drafter_verifies(copy_engine):
     """The copy drafter verifies up to 15 drafts: 1, 4 and 16 requests, 0 to 15 drafts each
     (monotone by construction: `CostTable.from_samples`, tested in test_costs.py)."""
-    from hsedit.engine.engine import PROFILE_SHAPES
+    from hsedit.engine.costs import PROFILE_SHAPES
 
     table = copy_engine.cost_table
     expected = {n * (1 + k) for n, k in PROFILE_SHAPES if k <= copy_engine.options.max_draft}

@@ -1065,12 +1065,10 @@ def _signatures(source: Source, ranges) -> list[tuple[str, dict[str, str], str |
 def check_type_hints(old: Source, new: Source, scope: str | None) -> CheckVerdict:
     kind = "add_type_hints"
     everything = [(0, len(old.data))]
-    ranges = everything
     if scope:
         scopes = _definitions(old, scope, ("function_definition",))
         if not scopes:
             return unchecked(f"there is no function `{scope}` in the file", kind)
-        ranges = [(n.start_byte, n.end_byte) for n in scopes]
     problem = _stripped_difference(old, new)
     named = {n.start_byte for n in _walk(old.root) if n.type == "function_definition" and (scope is None or _name_of(n) == scope)}
     if problem:

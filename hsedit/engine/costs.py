@@ -1,4 +1,5 @@
-"""The cost table: measured time of one target step against the number of scheduled tokens.
+"""The cost table: measured time of one target step against the number of scheduled tokens, and
+how an engine profiles it (`engine_cost_table`).
 
 Profiled at engine start, or read back from the last profile of the same model, options and
 machine (`cached_table`): profiling is most of what the hybrid engine's start costs over a
@@ -11,11 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 import time
 from bisect import bisect_left
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from hsedit.engine.provision import cache_dir
+from hsedit.engine.requests import GenerationRequest
 
 
 @dataclass(frozen=True)
@@ -92,3 +99,94 @@ def cached_table(
     except OSError:
         pass  # a read-only cache costs the next start its profiling, nothing else
     return table, False
+
+
+# (concurrent requests, filler drafts each) profiled at start: 1 to 1024 scheduled tokens, the
+# shapes long chains verify (1, 4 and 16 requests with up to 63 drafts each).
+PROFILE_SHAPES = ((1, 0), (1, 3), (1, 7), (1, 15), (1, 31), (1, 63), (4, 7), (4, 15), (4, 31), (4, 63),
+                  (16, 15), (16, 31), (16, 63))
+PROFILE_PASSES = 2
+
+
+def engine_cost_table(engine: Any) -> CostTable:
+    """The engine's table: the one saved under its key, else profiled now (and saved)."""
+    table, _ = cached_table(
+        _cost_key(engine), cache_dir() / "costs", lambda: _profile_costs(engine), plain_step_now=lambda: _step_seconds(engine, 1, 0)
+    )
+    return table
+
+
+def _cost_key(engine: Any) -> dict:
+    """Everything a step's cost depends on: the model's weights, the engine's options, the
+    machine and the software. A table saved under another key is never used."""
+    import platform
+
+    import torch
+    import vllm
+
+    weights = Path(engine.model_path)
+    files = sorted(weights.glob("*.safetensors")) if weights.is_dir() else []
+    options = {k: v for k, v in vars(engine.options).items() if k not in ("quiet", "profile_costs", "seed")}
+    return {
+        "model": str(weights),
+        "weights": [(f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in files],
+        "options": options,
+        "max_draft": engine.proposer.max_draft if engine.proposer else 0,
+        "shapes": [PROFILE_SHAPES, PROFILE_PASSES],
+        "machine": [platform.machine(), _cpu_model(), os.cpu_count(), torch.get_num_threads()],
+        "versions": [vllm.__version__, torch.__version__, _hsedit_version()],
+    }
+
+
+def _profile_costs(engine: Any) -> CostTable:
+    """Time decode steps of n requests that each verify k filler draft tokens (n * (1 + k)
+    scheduled tokens), for a few n and k; one request with k = 0 is plain decoding."""
+    limit = engine.proposer.max_draft if engine.proposer else 0
+    shapes = [(n, k) for n, k in PROFILE_SHAPES if k <= limit]
+    samples: dict[int, float] = {}
+    # Two passes, the faster median kept: noise only ever adds time, and the hybrid's price
+    # depends on the table's shape for the engine's whole life.
+    for n, k in shapes * PROFILE_PASSES:
+        seconds = _step_seconds(engine, n, k)
+        if seconds is not None:
+            samples[n * (1 + k)] = min(seconds, samples.get(n * (1 + k), seconds))
+    return CostTable.from_samples(samples)
+
+
+def _step_seconds(engine: Any, n: int, k: int) -> float | None:
+    """Median time of a decode step of n requests that each verify k filler draft tokens."""
+    prompt = [int(t) for t in engine.tokenizer.encode("def profile(x):\n    return x * 2\n" * 6)]
+    with engine.proposer.probe(k) if engine.proposer else nullcontext():
+        times = []
+        last = None
+        requests = [GenerationRequest(prompt, max_tokens=8) for _ in range(n)]
+        for event in engine.stream(requests):
+            if event.index != 0:  # every request advances each step: time one of them
+                continue
+            now = time.perf_counter()
+            if last is not None:
+                times.append(now - last)
+            last = now
+    # None if a filler the target happens to accept ended the run in one step.
+    return statistics.median(times[1:] or times) if times else None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor()
+
+
+def _hsedit_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hsedit")
+    except PackageNotFoundError:
+        return "unknown"

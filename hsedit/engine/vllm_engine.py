@@ -1,0 +1,186 @@
+"""vLLM's engine, started from hsedit's `EngineOptions`: the arguments vLLM gets (its drafter,
+hsedit's proposer options in `additional_config`, the process mode), the stat logger that
+counts its drafts, and the start-up's quiet. `engine.Engine` owns what this starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Union
+
+from hsedit.drafting.chain import DSPARK, HYBRID, NO_DRAFTER, OWN_DRAFTERS, VLLM_NGRAM, VLLM_SUFFIX
+from hsedit.engine import vllm_proposer
+from hsedit.engine.options import EngineOptions
+from hsedit.engine.provision import resolve_copy_model, resolve_drafter
+from hsedit.errors import ModelError
+
+Proposer = Union[vllm_proposer.HseditProposer, vllm_proposer.RemoteProposer]
+
+
+@dataclass
+class SpecCounts:
+    """Engine-wide draft counts as vLLM's scheduler reports them, summed over the engine's life."""
+
+    steps: int = 0
+    drafts: int = 0  # request-steps that carried a draft
+    draft_tokens: int = 0  # draft tokens verified
+    accepted_tokens: int = 0
+
+    def snapshot(self) -> SpecCounts:
+        return SpecCounts(self.steps, self.drafts, self.draft_tokens, self.accepted_tokens)
+
+    def since(self, earlier: SpecCounts) -> SpecCounts:
+        return SpecCounts(
+            self.steps - earlier.steps,
+            self.drafts - earlier.drafts,
+            self.draft_tokens - earlier.draft_tokens,
+            self.accepted_tokens - earlier.accepted_tokens,
+        )
+
+
+def start_vllm(options: EngineOptions, model_path: str, counts: SpecCounts) -> tuple[Any, Proposer | None]:
+    """vLLM's engine for `options`, its draft counts adding into `counts`, and hsedit's handle on
+    the proposer vLLM built (None with vLLM's own drafters or none)."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.usage.usage_lib import UsageContext
+        from vllm.v1.engine.llm_engine import LLMEngine
+        from vllm.v1.executor import Executor
+    except Exception as exc:  # pragma: no cover - depends on the installation
+        raise ModelError(f"vLLM is not importable: {one_line(exc)}") from exc
+    kwargs: dict[str, Any] = dict(
+        model=model_path,
+        dtype="float32",
+        enforce_eager=not options.compile,
+        gpu_memory_utilization=0.5,
+        kv_cache_memory_bytes=int(options.kv_cache_gib * (1 << 30)),
+        seed=options.seed,
+        disable_log_stats=False,  # the scheduler's spec-decode counts reach `counts`
+        tensor_parallel_size=options.tensor_parallel_size,
+        pipeline_parallel_size=options.pipeline_parallel_size,
+    )
+    if options.max_model_len:
+        kwargs["max_model_len"] = options.max_model_len
+    if options.pipeline_parallel_size > 1 and options.drafter != NO_DRAFTER:
+        raise ModelError(
+            "vLLM 0.32 cannot draft under pipeline parallelism (its model runner builds a drafter on "
+            "the last stage only, then reads it on every stage): use --drafter none, or tensor parallelism"
+        )
+    if options.distributed_executor_backend:
+        kwargs["distributed_executor_backend"] = options.distributed_executor_backend
+    max_draft = options.max_draft
+    own = options.drafter in OWN_DRAFTERS
+    if own:
+        drafters = OWN_DRAFTERS[options.drafter]
+        num_speculative_tokens = max_draft
+        proposer = vllm_proposer.ProposerOptions(drafter=options.drafter, min_match=options.min_match)
+        if DSPARK in drafters:
+            # Prefix caching stays on: positions a cache hit skips are borrowed from the
+            # request that shared them (model_drafter.ModelDrafter._borrow).
+            proposer = replace(proposer, dspark=resolve_drafter(options.dspark, options.model))
+            if drafters == (DSPARK,):
+                block = json.loads((Path(proposer.dspark) / "config.json").read_text())["block_size"]
+                num_speculative_tokens = min(num_speculative_tokens, int(block))
+        if options.drafter == HYBRID:
+            proposer = replace(proposer, copy_model=resolve_copy_model(options.copy_model, options.model))
+        kwargs["speculative_config"] = {
+            "method": "custom_class",
+            "model": vllm_proposer.PROPOSER_CLASS,
+            "num_speculative_tokens": num_speculative_tokens,
+        }
+        kwargs["additional_config"] = proposer.to_config()
+        kwargs["worker_extension_cls"] = vllm_proposer.WORKER_EXTENSION
+    elif options.drafter == VLLM_NGRAM:
+        kwargs["speculative_config"] = {
+            "method": "ngram",
+            "num_speculative_tokens": max_draft,
+            "prompt_lookup_min": options.min_match,
+            "prompt_lookup_max": max(options.min_match, 5),
+        }
+    elif options.drafter == VLLM_SUFFIX:
+        kwargs["speculative_config"] = {
+            "method": "suffix",
+            "num_speculative_tokens": max_draft,
+        }
+    if "speculative_config" in kwargs:
+        kwargs["per_request_spec_decode_metrics"] = "summary"
+    # vLLM-CPU reads this when it picks the executor: "0" keeps the model runner (and our
+    # proposer, its step records) in this process; "1" puts it in a worker process.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if options.proposer_in_process else "1"
+    try:
+        config = EngineArgs(**kwargs).create_engine_config(UsageContext.ENGINE_CONTEXT)
+        # Built directly rather than by `from_engine_args`: that one takes the process mode
+        # from the environment, and hsedit's option decides it.
+        core = LLMEngine(
+            vllm_config=config,
+            executor_class=Executor.get_class(config),
+            log_stats=True,
+            stat_loggers=[_spec_counter_factory(counts)],
+            multiprocess_mode=options.multiprocessing,
+        )
+        handle = vllm_proposer.proposer_of(core, options.proposer_in_process, num_speculative_tokens) if own else None
+    except Exception as exc:
+        raise ModelError(f"cannot start vLLM on {model_path}: {one_line(exc)}") from exc
+    return core, handle
+
+
+def _spec_counter_factory(counts: SpecCounts) -> Callable[..., Any]:
+    """A vLLM stat logger (built by vLLM from this factory) that adds into `counts`."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class SpecCounter(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            pass
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0) -> None:
+            if scheduler_stats is None:
+                return
+            counts.steps += 1
+            spec = scheduler_stats.spec_decoding_stats
+            if spec is not None:
+                counts.drafts += spec.num_drafts
+                counts.draft_tokens += spec.num_draft_tokens
+                counts.accepted_tokens += spec.num_accepted_tokens
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return SpecCounter
+
+
+def reported_spec_counts(completion: Any) -> tuple[int, int] | None:
+    metrics = getattr(completion, "spec_decode_metrics", None)
+    if metrics is None:
+        return None
+    accepted = sum(j * count for j, count in enumerate(metrics.histogram))
+    return int(metrics.num_draft_tokens), int(accepted)
+
+
+@contextmanager
+def silenced_stderr(enabled: bool) -> Iterator[None]:
+    """Send file descriptor 2 to a scratch file: vLLM's C++ and tqdm write there directly."""
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def one_line(exc: BaseException) -> str:
+    """The gist of an exception on one line (pydantic puts the useful part on line 2 or 3)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return " / ".join(lines[:3])[:400] or type(exc).__name__
