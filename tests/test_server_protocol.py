@@ -67,6 +67,18 @@ def test_a_text_completion_request_shares_the_chat_checks_and_has_its_own_shape(
     assert piece["object"] == "text_completion" and piece["choices"][0]["text"] == "pa"
 
 
+@pytest.mark.parametrize("field", [{"temperature": False}, {"temperature": 2.5}, {"max_tokens": 0},
+                                   {"max_tokens": 513}, {"seed": "7"}])
+def test_chat_and_apply_refuse_the_same_sampling_fields(field):
+    from hsedit.server.app import HttpError, _apply_fields
+
+    with pytest.raises(openai_api.BadRequest) as chat:
+        parse({**CHAT, **field})
+    with pytest.raises(HttpError) as apply:
+        _apply_fields({"path": "a.py", "code": "x = 1\n", "instruction": "rename x to y", **field}, 512)
+    assert apply.value.status == 400 and str(apply.value) == str(chat.value)
+
+
 def test_another_model_is_not_served():
     with pytest.raises(openai_api.UnknownModel, match="embedded"):
         parse({**CHAT, "model": "gpt-4o"})

@@ -175,6 +175,10 @@ def linear_seconds(counts: list[int], seconds: list[float], max_count: int) -> t
     return _piecewise_linear(xs, ys, max_count).float()
 
 
+# Weight of the newest model-drafter pass in the running ratio of seen to profiled drafting time.
+DRAFT_SCALE_WEIGHT = 0.1
+
+
 class HybridSelector:
     """Keeps one chain per request each step: the price, the choice, the batch allocation, and
     which requests the model drafter should run for."""
@@ -199,7 +203,8 @@ class HybridSelector:
         """A pass seen while serving: the profile is scaled by a running ratio, so D(n) follows
         the machine (other load, a longer context) without re-profiling."""
         if self.draft_seconds is not None and self.draft_seconds[count] > 0:
-            self.draft_scale = 0.9 * self.draft_scale + 0.1 * seconds / float(self.draft_seconds[count])
+            w = DRAFT_SCALE_WEIGHT
+            self.draft_scale = (1 - w) * self.draft_scale + w * seconds / float(self.draft_seconds[count])
 
     def drafting_cost(self, count: int) -> float:
         return 0.0 if self.draft_seconds is None or count <= 0 else self.draft_scale * float(self.draft_seconds[count])

@@ -42,6 +42,11 @@ class RowView:
 # A request the model drafter skipped moves its DSpark estimate this far towards the batch's
 # running mean each step, so a low estimate is retried once the mean says it may pay again.
 ESTIMATE_DRIFT = 0.25
+# Weight of the newest value in the planner's running means: a finished request's copy offset
+# (new requests start from it; few requests finish, so each counts for more) and a verified
+# DSpark chain's survival (one per request-step: many, so each counts for less).
+COPY_OFFSET_WEIGHT = 0.2
+MODEL_SURVIVAL_WEIGHT = 0.1
 
 
 @dataclass
@@ -162,7 +167,8 @@ class DraftPlanner:
     def release(self, req_id: str) -> None:
         state = self._states.pop(req_id, None)
         if state is not None and state.copy_offset.value != state.copy_offset.prior:
-            self._copy_offset_mean = 0.8 * self._copy_offset_mean + 0.2 * state.copy_offset.value
+            w = COPY_OFFSET_WEIGHT
+            self._copy_offset_mean = (1 - w) * self._copy_offset_mean + w * state.copy_offset.value
         if self.model_drafter is not None:
             self.model_drafter.release(req_id)
 
@@ -238,7 +244,8 @@ class DraftPlanner:
         full = np.zeros(self.model_drafter.block_size)
         full[: len(chain.survival)] = chain.survival
         state.model_estimate = full.tolist()
-        self._model_mean = full if self._model_mean is None else 0.9 * self._model_mean + 0.1 * full
+        w = MODEL_SURVIVAL_WEIGHT
+        self._model_mean = full if self._model_mean is None else (1 - w) * self._model_mean + w * full
 
     def _select(self, candidates: list[list[DraftChain]]) -> list[DraftChain | None]:
         if self.selector is not None and self.probe_length is None:

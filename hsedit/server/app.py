@@ -282,17 +282,10 @@ def _apply_fields(body: Any, max_tokens_limit: int) -> dict:
         raise refuse("instruction and update must be strings")
     if not instruction.strip() and update is None:
         raise refuse("the instruction is empty: say what to change")
-    max_tokens = body.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise refuse("max_tokens must be a positive integer")
-    if max_tokens is not None and max_tokens > max_tokens_limit:
-        raise refuse(f"max_tokens is {max_tokens}; this server allows at most {max_tokens_limit}")
-    temperature = body.get("temperature") or 0.0
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
-        raise refuse("temperature must be a number from 0 to 2")
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise refuse("seed must be an integer")
+    try:
+        max_tokens, temperature, seed = openai_api.generation_fields(body, max_tokens_limit)
+    except BadRequest as error:
+        raise refuse(str(error)) from None
     max_deletion = body.get("max_deletion", DEFAULT_MAX_DELETION)
     if isinstance(max_deletion, bool) or not isinstance(max_deletion, (int, float)) or not 0 <= max_deletion <= 1:
         raise refuse("max_deletion must be a number from 0 to 1")

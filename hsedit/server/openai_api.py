@@ -79,21 +79,9 @@ def _sampling(body: dict, max_tokens_limit: int, *, messages: list | None = None
     n = body.get("n", 1)
     if n not in (1, None):
         raise BadRequest("n must be 1: this server returns one choice")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_tokens, temperature, seed = generation_fields(body, max_tokens_limit)
     if max_tokens is None:
         max_tokens = max_tokens_limit
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise BadRequest("max_tokens must be a positive integer")
-    if max_tokens > max_tokens_limit:
-        raise BadRequest(f"max_tokens is {max_tokens}; this server allows at most {max_tokens_limit}")
-    temperature = body.get("temperature", 0.0)  # greedy by default: an editing server
-    if temperature is None:
-        temperature = 0.0
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
-        raise BadRequest("temperature must be a number from 0 to 2")
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise BadRequest("seed must be an integer")
     stop = body.get("stop")
     if isinstance(stop, str):
         stop = [stop]
@@ -110,6 +98,26 @@ def _sampling(body: dict, max_tokens_limit: int, *, messages: list | None = None
         prompt="", max_tokens=max_tokens, temperature=float(temperature), seed=seed, stop=stop, prediction=prediction
     )
     return ChatRequest(messages, generation, stream, bool(options.get("include_usage")), prediction is not None, text_prompt)
+
+
+def generation_fields(body: dict, max_tokens_limit: int) -> tuple[int | None, float, int | None]:
+    """max_tokens (None when not given), temperature (0, greedy, when not given: an editing
+    server) and seed: the checks every endpoint that generates shares (chat, completions, apply)."""
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise BadRequest("max_tokens must be a positive integer")
+        if max_tokens > max_tokens_limit:
+            raise BadRequest(f"max_tokens is {max_tokens}; this server allows at most {max_tokens_limit}")
+    temperature = body.get("temperature")
+    if temperature is None:
+        temperature = 0.0
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
+        raise BadRequest("temperature must be a number from 0 to 2")
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise BadRequest("seed must be an integer")
+    return max_tokens, float(temperature), seed
 
 
 def _messages(value: Any) -> list[dict[str, str]]:
