@@ -36,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
+from hsedit.bench import suffix_package_dir  # noqa: E402
 from hsedit.edit.prompt import ApplyPrompt  # noqa: E402
 from hsedit.engine.engine import EngineOptions  # noqa: E402
 from hsedit.engine.provision import cache_dir, resolve_model  # noqa: E402
@@ -69,11 +70,12 @@ def workloads(directory: Path, model: str) -> dict[str, Path]:
     return out
 
 
-def hybrid_cost_table(directory: Path) -> Path | None:
+def hybrid_cost_table() -> Path | None:
     """The newest cost table hsedit profiled for its hybrid engine with vLLM's engine core in its
     own process (run `hsedit-mp` first): a stock `vllm serve` runs its model the same way, in a
     worker process that vLLM-CPU gives one core less (it reserves one for the scheduler), so
-    the table profiled in hsedit's own process would price its steps too cheaply."""
+    the table profiled in hsedit's own process would price its steps too cheaply. The cache's
+    file itself: it holds the "tokens" and "seconds" the proposer's `cost_table` reads."""
     tables = []
     for path in (cache_dir() / "costs").glob("*.json"):
         try:
@@ -82,13 +84,8 @@ def hybrid_cost_table(directory: Path) -> Path | None:
             continue
         options = saved.get("key", {}).get("options", {})
         if options.get("drafter") == "hybrid" and options.get("multiprocessing"):
-            tables.append((saved["measured_at"], saved))
-    if not tables:
-        return None
-    saved = max(tables, key=lambda pair: pair[0])[1]
-    path = directory / "costs.json"
-    path.write_text(json.dumps({"tokens": saved["tokens"], "seconds": saved["seconds"]}))
-    return path
+            tables.append((saved["measured_at"], path))
+    return max(tables)[1] if tables else None
 
 
 def server_commands(model: str, port: int, costs: Path | None, max_draft: int) -> dict[str, tuple[list[str], dict]]:
@@ -97,7 +94,7 @@ def server_commands(model: str, port: int, costs: Path | None, max_draft: int) -
                            "--kv-cache-memory-bytes", str(1 << 30)]
     hsedit = [str(Path(sys.executable).parent / "hsedit"), "serve", "--port", str(port), "--drafter", "hybrid"]
     plugin = ProposerOptions(drafter="hybrid", cost_table=str(costs) if costs else None)
-    suffix_env = {"PYTHONPATH": str(cache_dir() / "arctic-inference")}
+    suffix_env = {"PYTHONPATH": str(suffix_package_dir())}
     return {
         "hsedit": (hsedit, {}),
         "hsedit-mp": (hsedit + ["--multiprocessing"], {}),
@@ -175,8 +172,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|", flush=True)
     for name in args.servers.split(","):
         port = free_port()
-        command, env = server_commands(model, port, hybrid_cost_table(scratch), max_draft)[name]
-        if name == "vllm-suffix" and not (cache_dir() / "arctic-inference" / "arctic_inference").is_dir():
+        command, env = server_commands(model, port, hybrid_cost_table(), max_draft)[name]
+        if name == "vllm-suffix" and not (suffix_package_dir() / "arctic_inference").is_dir():
             print(f"| {name} | - | - | not run: arctic-inference is not built (make suffix) | | |", flush=True)
             continue
         try:

@@ -5,6 +5,7 @@ Each engine takes ~20 s to start; every test module shares the same few through
 """
 
 import os
+import socket
 from pathlib import Path
 
 # Triton reads this once, when it is first imported, and any test module may import it at
@@ -67,3 +68,10 @@ def prompts(plain_engine):
 
 def requests_for(prompts, max_tokens=160):
     return [GenerationRequest(p, max_tokens=max_tokens) for p in prompts.values()]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (for the servers the tests start)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

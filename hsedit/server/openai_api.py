@@ -49,6 +49,12 @@ class ChatRequest:
     def kind(self) -> str:
         return CHAT if self.messages is not None else TEXT
 
+    def prompt(self, tokenizer) -> str:
+        """The text the model continues: the chat in its template, or the text prompt as given."""
+        if self.messages is None:
+            return self.text_prompt
+        return tokenizer.apply_chat_template(self.messages, tokenize=False, add_generation_prompt=True)
+
 
 def parse_chat_request(body: Any, *, served_model: str, max_tokens_limit: int) -> ChatRequest:
     _check_body(body, served_model)

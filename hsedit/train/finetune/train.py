@@ -109,10 +109,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     encoded = [pair for pair in encoded if len(pair[0]) <= config.max_tokens]
     rng = random.Random(config.seed)
     order = []
-    for epoch in range(math.ceil(config.epochs)):
-        batch = list(range(len(encoded)))
-        rng.shuffle(batch)
-        order += batch
+    for _ in range(math.ceil(config.epochs)):
+        order += _shuffled_pass(rng, len(encoded))
     order = order[: int(len(encoded) * config.epochs)]
     total_updates = max(1, len(order) // config.accumulation)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
@@ -124,11 +122,10 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         torch.set_rng_state(resumed["torch_rng"])
         log(f"resumed {config.checkpoint}: example {position}/{len(order)}, {tokens_before} tokens seen in all")
     if config.checkpoint:
-        # Runs accumulate without end: a run that starts where the data ends starts another pass.
-        if position >= len(order):
-            batch = list(range(len(encoded)))
-            rng.shuffle(batch)
-            order = order + batch
+        # Runs accumulate without end: a run that starts with less than one update's worth of
+        # data left (none, or a group a stop cut short) goes on into another shuffled pass.
+        if len(order) - position < config.accumulation:
+            order = order + _shuffled_pass(rng, len(encoded))
 
     started = time.time()
     last_saved = started
@@ -220,9 +217,17 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     return summary
 
 
+def _shuffled_pass(rng: random.Random, count: int) -> list[int]:
+    """One pass over `count` examples in a random order."""
+    order = list(range(count))
+    rng.shuffle(order)
+    return order
+
+
 class _StopRequest:
-    """SIGTERM or Ctrl-C while training into a checkpoint: finish the update, save, then stop
-    (a background run that is stopped keeps what it learnt since its last save)."""
+    """SIGTERM or Ctrl-C while training into a checkpoint: stop after the current example and
+    save where the last optimizer update left the data (a background run that is stopped keeps
+    what it learnt since its last save; a second signal stops at once, without saving)."""
 
     def __init__(self, enabled: bool) -> None:
         self.signal: str | None = None
