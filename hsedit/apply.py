@@ -20,7 +20,6 @@ from hsedit.edit.validate import Validation, validate
 from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import (
-    ContextTooLongError,
     DestructiveAnswerError,
     HseditError,
     InstructionCheckError,
@@ -30,6 +29,7 @@ from hsedit.errors import (
 )
 
 if TYPE_CHECKING:  # the engine is imported only where it runs: a server's client has no vLLM
+    from hsedit.engine.provision import DrafterTarget
     from hsedit.engine.engine import Engine
 
 # Room for the answer beyond a copy of the file: edits may add lines.
@@ -100,7 +100,13 @@ class EditResult:
         }
 
 
-def prepare(path: str | Path, instruction: str, *, write: bool = False) -> EditJob:
+def check_write_options(write: bool, force: bool) -> None:
+    """`force` overrides the write policy, so it means nothing without `write`: say so up front."""
+    if force and not write:
+        raise UsageError("--force only makes sense with --write")
+
+
+def load_job(path: str | Path, instruction: str, *, write: bool = False) -> EditJob:
     """Read the file and check the request before any model runs (with `write`: that the file
     can be replaced too, so a read-only file is refused up front, not after the edit)."""
     if not instruction or not instruction.strip():
@@ -125,13 +131,8 @@ def edit_request(
     """The generation request for an edit; refuses files that do not fit the context."""
     prompt_ids = engine.tokenizer.encode(job.prompt.render(engine.tokenizer))
     file_tokens = engine.count_tokens(job.source.text)
-    room = engine.max_model_len - len(prompt_ids)
-    if room < file_tokens + 16:
-        raise ContextTooLongError(
-            f"{job.display_path} is too long for the model's context: the prompt takes "
-            f"{len(prompt_ids)} tokens and the answer about {file_tokens} more, "
-            f"but the model takes {engine.max_model_len}"
-        )
+    # the answer repeats the file, and a little room beyond it keeps a near-full context useful
+    room = engine.answer_room(prompt_ids, file_tokens + 16, f"{job.display_path} is too long for the model's context")
     budget = max_tokens or int(file_tokens * ANSWER_GROWTH) + ANSWER_SLACK_TOKENS
     return GenerationRequest(
         prompt_ids, max_tokens=min(budget, room), temperature=temperature, seed=seed, stop=[FENCE_STOP]
@@ -154,6 +155,7 @@ class EditRunner(Protocol):
     before (reading, prompting) and after (extracting, checking, writing) is the same code."""
 
     description: str  # for the "engine ready" line
+    dspark_target: DrafterTarget | None  # where a DSpark drafter runs: was it trained for this target?
 
     def generate(
         self,
@@ -173,6 +175,7 @@ class EmbeddedRunner:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.description = f"drafter: {engine.options.drafter}"
+        self.dspark_target = engine.drafter_target
 
     def generate(
         self,

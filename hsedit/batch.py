@@ -58,6 +58,16 @@ class TaskOutcome:
     check: dict = field(default_factory=dict)  # the instruction check's verdict: kind, ok, reason
 
 
+def default_results_file(task_file: Path) -> Path:
+    """TASKS.results.jsonl beside the task file: a rerun finds what the last run finished."""
+    return task_file.with_name(task_file.name + ".results.jsonl")
+
+
+def exit_status(outcomes: Sequence[TaskOutcome]) -> int:
+    """`hsedit batch`'s exit status: 1 if any task failed (its file untouched), else 0."""
+    return 1 if any(o.status == FAILED for o in outcomes) else 0
+
+
 def load_batch(task_file: str | Path) -> list[BatchTask]:
     task_file = Path(task_file)
     tasks: list[BatchTask] = []

@@ -16,7 +16,9 @@ table) — no drafter can finish sooner — and the share of that limit the meth
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import math
 import multiprocessing
 import time
@@ -25,19 +27,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hsedit.apply import EditJob, edit_request
-from hsedit.drafting.chain import DSPARK, HYBRID, NGRAM, NO_DRAFTER, VLLM_BUILTINS, VLLM_NGRAM, VLLM_SUFFIX
-from hsedit.edit.check import CheckVerdict, check_edit
+from hsedit.apply import EditJob, edit_request, finish_edit
+from hsedit.drafting.chain import DSPARK, HYBRID, COPY, NO_DRAFTER, VLLM_BUILTINS, VLLM_NGRAM, VLLM_SUFFIX
 from hsedit.edit.diff import edit_distance
-from hsedit.edit.extract import extract_file
 from hsedit.edit.files import read_source
-from hsedit.edit.guard import GuardVerdict, check_answer
 from hsedit.engine.costs import CostTable
-from hsedit.engine.engine import Engine, EngineOptions, GenerationRequest, shared_engine
-from hsedit.errors import UsageError
+from hsedit.engine.provision import DrafterTarget
+from hsedit.engine.engine import Engine, EngineOptions, Generation, GenerationRequest, shared_engine
+from hsedit.errors import OutputTruncatedError, UsageError
 from hsedit.tasks import is_edit, task_lines
 
-DEFAULT_METHODS = (NO_DRAFTER, NGRAM, DSPARK, HYBRID)
+DEFAULT_METHODS = (NO_DRAFTER, COPY, DSPARK, HYBRID)
 BUILTIN_WORKLOADS = ("light", "heavy", "snippet", "chat", "mixed")
 CHAT_MAX_TOKENS = 192
 
@@ -75,6 +75,9 @@ class Cell:
     positions: dict = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)
     skipped: str | None = None  # why the method could not run
+    # sha256 of every output's token ids in task order (the first round): equal digests across
+    # two runs or two versions of hsedit mean token-identical outputs.
+    output_sha256: str | None = None
     # The all-accepted limit of the same groups (prefill + answers in maximal chains), and the
     # time until every group's first token (prefill, mostly), both summed over runs.
     limit_seconds: float = 0.0
@@ -133,6 +136,8 @@ class BenchReport:
     plain_step_ms: float | None = None
     # per method: its engine's cost table, [(scheduled tokens, ms)], as profiled at its start
     cost_tables: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    # per method with a DSpark drafter: whether it was trained for the target (DrafterTarget)
+    dspark_targets: dict[str, DrafterTarget] = field(default_factory=dict)
 
     @property
     def exact(self) -> bool:
@@ -168,6 +173,7 @@ class BenchReport:
             "exact": self.exact,
             "plain_step_ms": _round(self.plain_step_ms),
             "cost_tables_ms": self.cost_tables,
+            "dspark_targets": {method: target.as_dict() for method, target in self.dspark_targets.items()},
             "rows": [
                 {
                     "workload": c.workload,
@@ -179,7 +185,7 @@ class BenchReport:
                     "tokens_per_second": round(c.tokens_per_second, 3),
                     "ratio_to_plain": _round(self.ratio(c, NO_DRAFTER)),
                     "ratio_to_dspark": _round(self.ratio(c, DSPARK)),
-                    "ratio_to_ngram": _round(self.ratio(c, NGRAM)),
+                    "ratio_to_copy": _round(self.ratio(c, COPY)),
                     "tokens_per_step": round(c.tokens_per_step, 3),
                     "acceptance": {k: {"accepted": a, "drafted": d} for k, (a, d) in c.acceptance().items()},
                     "acceptance_by_position": c.acceptance_by_position(),
@@ -190,6 +196,7 @@ class BenchReport:
                     "ratio_to_best_vllm_ngram": _round(self.ratio_to_best(c, VLLM_NGRAM)),
                     "dspark_run_share": _round(c.model_run_share),
                     "mismatches": c.mismatches,
+                    "output_sha256": c.output_sha256,
                 }
                 for c in self.cells
             ],
@@ -266,7 +273,7 @@ def run_bench(
         for w in workloads for b in batch_sizes for m in methods
     }
     runnable = [m for m in methods if m in engines]
-    outputs: dict[tuple[str, int, str], list[tuple[list[BenchTask], list[list[int]], list[str]]]] = {}
+    outputs: dict[tuple[str, int, str], list[tuple[list[BenchTask], list[list[int]]]]] = {}
     distances: dict[str, list[float]] = {}
     refused: dict[str, list[str]] = {w.name: [] for w in workloads}
     wrong: dict[str, list[str]] = {w.name: [] for w in workloads}
@@ -280,21 +287,26 @@ def run_bench(
                     engine = engines[method]
                     cell = cells[(workload.name, batch_size, method)]
                     for group in _groups(workload.tasks, batch_size):
-                        ids, texts = _run_group(engine, group, cell, machine_table, max_draft_of(method))
-                        outputs.setdefault((workload.name, batch_size, method), []).append((group, ids, texts))
+                        requests, results = _run_group(engine, group, cell, machine_table, max_draft_of(method))
+                        outputs.setdefault((workload.name, batch_size, method), []).append(
+                            (group, [r.token_ids for r in results])
+                        )
                         if method == NO_DRAFTER and batch_size == batch_sizes[0] and repeat == 0:
-                            for task, text in zip(group, texts):
+                            for task, request, result in zip(group, requests, results):
                                 if task.job is None:
                                     continue
-                                distance, verdict, check = _judge(task.job, text)
-                                distances.setdefault(workload.name, []).append(distance)
-                                if not verdict.ok and task.name not in refused[workload.name]:
+                                distance, guard_refuses, check_fails = _judge(task.job, result, request)
+                                if distance is not None:
+                                    distances.setdefault(workload.name, []).append(distance)
+                                if guard_refuses and task.name not in refused[workload.name]:
                                     refused[workload.name].append(task.name)
-                                if check.failed and task.name not in wrong[workload.name]:
+                                if check_fails and task.name not in wrong[workload.name]:
                                     wrong[workload.name].append(task.name)
     for (workload, batch_size, method), runs in outputs.items():
+        first_round = [ids for _, group_ids in runs[: len(runs) // repeats] for ids in group_ids]
+        cells[(workload, batch_size, method)].output_sha256 = hashlib.sha256(json.dumps(first_round).encode()).hexdigest()
         reference = outputs[(workload, batch_size, NO_DRAFTER)]  # the same groups, in the same order
-        for (group, ids, _), (_, ref_ids, _) in zip(runs, reference):
+        for (group, ids), (_, ref_ids) in zip(runs, reference):
             for task, mine, theirs in zip(group, ids, ref_ids):
                 if mine != theirs and task.name not in cells[(workload, batch_size, method)].mismatches:
                     cells[(workload, batch_size, method)].mismatches.append(task.name)
@@ -312,6 +324,9 @@ def run_bench(
         cost_tables={
             method: [(n, round(1000 * t, 2)) for n, t in zip(e.cost_table.tokens, e.cost_table.seconds)]
             for method, e in engines.items() if e.cost_table is not None
+        },
+        dspark_targets={
+            method: e.drafter_target for method, e in engines.items() if getattr(e, "drafter_target", None)
         },
     )
 
@@ -331,13 +346,16 @@ def max_draft_of(method: str) -> int | None:
     return int(size) if size else None
 
 
-def check_method(method: str) -> None:
+def check_method(method: str) -> str:
+    """The method spec with its drafter's current name (`ngram@15` -> `copy@15`); a one-line
+    usage error for an unknown drafter or a bad maximum draft."""
     from hsedit.drafting.chain import check_drafter
 
-    check_drafter(method_name(method), "--drafters")
+    name = check_drafter(method_name(method), "--drafters")
     size = method.partition("@")[2]
     if size and (not size.isdigit() or int(size) < 1):
         raise UsageError(f"--drafters: {method!r}: the maximum draft after @ must be a whole number of at least 1")
+    return f"{name}@{size}" if size else name
 
 
 def suffix_package_dir() -> Path:
@@ -382,7 +400,7 @@ class ChildEngine:
             raise UnavailableMethod(f"{options.drafter} did not start: {payload}")
         self.cost_table = payload
         self.tokenizer, self.max_model_len = like.tokenizer, like.max_model_len
-        self.count_tokens, self.chat_prompt = like.count_tokens, like.chat_prompt
+        self.count_tokens, self.chat_prompt, self.answer_room = like.count_tokens, like.chat_prompt, like.answer_room
 
     def generate(self, requests: list[GenerationRequest]):
         self._conn.send(list(requests))
@@ -422,7 +440,7 @@ def _groups(tasks: list[BenchTask], batch_size: int) -> list[list[BenchTask]]:
 
 def _run_group(
     engine: Engine, group: list[BenchTask], cell: Cell, table=None, max_draft: int | None = None
-) -> tuple[list[list[int]], list[str]]:
+) -> tuple[list[GenerationRequest], list[Generation]]:
     proposer = engine.proposer
     before = proposer.timings() if proposer else None
     requests = [_request(engine, task) for task in group]
@@ -457,7 +475,7 @@ def _run_group(
         cell.proposer_steps += after.calls - before.calls
         cell.model_drafted += after.model_drafted - before.model_drafted
         cell.model_skipped += after.model_skipped - before.model_skipped
-    return [r.token_ids for r in results], [r.text for r in results]
+    return requests, results
 
 
 def all_accepted_limit(table, answer_tokens: list[int], chain: int) -> float:
@@ -486,13 +504,15 @@ def _request(engine: Engine, task: BenchTask) -> GenerationRequest:
     return GenerationRequest(engine.chat_prompt(task.chat), max_tokens=CHAT_MAX_TOKENS)
 
 
-def _judge(job: EditJob, text: str) -> tuple[float, GuardVerdict, CheckVerdict]:
-    """Edit distance between an edit's input file and the file the model wrote, whether the
-    write guard would let it be written, and whether it does what the instruction asks."""
-    original = job.source.text
-    new = extract_file(text, original).text
-    return (edit_distance(original, new), check_answer(original, new, job.instruction),
-            check_edit(job.source.path, original, new, job.instruction, job.update))
+def _judge(job: EditJob, generation: Generation, request: GenerationRequest) -> tuple[float | None, bool, bool]:
+    """An edit's answer as `hsedit apply` takes it (`finish_edit`): the edit distance between
+    the file and the one the model wrote (None for an answer cut off by max_tokens), whether the
+    write guard refuses it (a cut-off answer is refused too), whether the instruction check fails."""
+    try:
+        result = finish_edit(job, generation, request)
+    except OutputTruncatedError:
+        return None, True, False
+    return edit_distance(job.source.original, result.new_text), not result.guard.ok, result.check.failed
 
 
 def _round(value: float | None) -> float | None:

@@ -49,7 +49,7 @@ EXIT_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in 
 
 DrafterOption = Annotated[
     Optional[str],
-    typer.Option(help="Drafter: hybrid (copy + model, chosen per request by price; the default), ngram (copy), dspark (model), none, vllm-ngram, vllm-suffix. Also HSEDIT_DRAFTER or [tool.hsedit] drafter."),
+    typer.Option(help="Drafter: hybrid (copy + model, chosen per request by price; the default), copy (from the file: n-gram lookup; `ngram` also works), dspark (model), none, vllm-ngram, vllm-suffix. Also HSEDIT_DRAFTER or [tool.hsedit] drafter."),
 ]
 MaxDeletionOption = Annotated[
     Optional[float],
@@ -91,30 +91,28 @@ def apply(
 ) -> None:
     """Rewrite FILE as INSTRUCTION says; print a unified diff (or --write it)."""
     from hsedit import apply as core
-    from hsedit.config import find_pyproject, load_config
+    from hsedit.config import project_config
     from hsedit.edit.diff import summarize
+    from hsedit.runner import open_runner
 
     err = Console(stderr=True)
     live_wanted = not as_json and not os.environ.get("PRE_COMMIT") and err.is_terminal
-    config = load_config(find_pyproject())
+    config = project_config()
     max_deletion = config.max_deletion_or_default(max_deletion)
-    if force and not write:
-        raise UsageError("--force only makes sense with --write")
-    job = core.prepare(file, instruction, write=write)
+    core.check_write_options(write, force)
+    job = core.load_job(file, instruction, write=write)
     started = time.perf_counter()
-    engine_flags = {"--drafter": drafter, "--model": model, "--dspark": dspark, "--no-spec": no_spec or None,
-                    "--compile": compile or None}
     with err.status("starting the engine…") if live_wanted else nullcontext():
-        runner = _runner(config, server, engine_flags, lambda: dict(
-            model=config.resolve("model", model, None),
-            drafter="none" if no_spec else config.drafter_or_default(drafter),
-            compile=compile, seed=seed or 0, dspark=dspark,
-        ))
+        runner = open_runner(config, server=server, model=model, drafter=drafter, dspark=dspark, no_spec=no_spec,
+                             compile=compile, seed=seed)
     if not as_json:
         err.print(
             f"hsedit: engine ready in {time.perf_counter() - started:.1f} s ({runner.description}); editing {job.display_path}",
             style="dim", highlight=False, soft_wrap=True,
         )
+    warning = runner.dspark_target.warning() if runner.dspark_target else None
+    if warning:
+        err.print(f"hsedit: note: {warning}", style="yellow", highlight=False, soft_wrap=True)
     view = _live_view(err, job) if live_wanted else None
     with view or nullcontext():
         result = core.run_edit(
@@ -122,7 +120,8 @@ def apply(
             on_step=view.update if view else None, max_deletion=max_deletion,
         )
     if as_json:
-        typer.echo(json.dumps(result.as_dict()))
+        target = runner.dspark_target.as_dict() if runner.dspark_target else None
+        typer.echo(json.dumps({**result.as_dict(), "dspark_target": target}))
     elif diff_path is not None:
         _write_diff(diff_path, result.diff)
     elif result.diff:
@@ -144,7 +143,7 @@ def apply(
 @app.command()
 def bench(
     tasks: Annotated[Optional[Path], typer.Option(help="Your own task file (JSON lines); default: the built-in workloads (light, heavy, snippet, chat, mixed).")] = None,
-    drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, ngram, vllm-ngram, vllm-suffix, dspark, hybrid, each optionally with its maximum draft (hybrid@15, vllm-ngram@63; default 63 for hybrid, 15 for the others); plain decoding always runs.")] = "none,ngram,dspark,hybrid",
+    drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, copy, vllm-ngram, vllm-suffix, dspark, hybrid, each optionally with its maximum draft (hybrid@15, vllm-ngram@63; default 63 for hybrid, 15 for the others); plain decoding always runs.")] = "none,copy,dspark,hybrid",
     batch_size: Annotated[str, typer.Option(help="Comma-separated batch sizes (concurrent requests).")] = "1,4",
     workloads: Annotated[Optional[str], typer.Option(help="Built-in workloads to run (comma-separated).")] = None,
     repeats: Annotated[int, typer.Option(help="Rounds over everything (methods interleaved).", min=1)] = 1,
@@ -155,13 +154,11 @@ def bench(
 ) -> None:
     """Compare drafting methods on the same workloads and batch sizes, side by side in one run."""
     from hsedit.bench import check_method, chosen_workloads, engine_for_method, run_bench
-    from hsedit.config import find_pyproject, load_config
+    from hsedit.config import project_config
 
     err = Console(stderr=True)
-    model = load_config(find_pyproject()).resolve("model", model, None)  # the methods are the flag's
-    methods = [m.strip() for m in drafters.split(",") if m.strip()]
-    for method in methods:
-        check_method(method)
+    model = project_config().resolve("model", model, None)  # the methods are the flag's
+    methods = [check_method(m.strip()) for m in drafters.split(",") if m.strip()]
     sizes = _positive_ints(batch_size, "--batch-size")
     chosen = chosen_workloads(tasks, workloads)
     report = run_bench(
@@ -182,6 +179,9 @@ def bench(
 
         console = Console()
         console.print(bench_table(report), width=max(console.width, 150))
+    for method, target in report.dspark_targets.items():
+        if target.warning():
+            err.print(f"hsedit: note: {method}: {target.warning()}", style="yellow", highlight=False, soft_wrap=True)
     if not report.exact:
         mismatched = [c for c in report.cells if c.mismatches]
         err.print("hsedit: error: outputs differ from plain decoding: " + "; ".join(
@@ -216,20 +216,19 @@ def batch(
     server: ServerOption = None,
 ) -> None:
     """Run every edit of a task file concurrently in one engine (or on a server); resumable."""
-    from hsedit.batch import FAILED, combined_patch, load_batch, run_batch
-    from hsedit.config import find_pyproject, load_config
+    from hsedit.apply import check_write_options
+    from hsedit.batch import combined_patch, default_results_file, exit_status, load_batch, run_batch
+    from hsedit.config import project_config
+    from hsedit.runner import open_runner
+    from hsedit.ui import BatchProgress, batch_table
 
     err = Console(stderr=True)
-    results_file = results or tasks.with_name(tasks.name + ".results.jsonl")
-    config = load_config(find_pyproject())
+    results_file = results or default_results_file(tasks)
+    config = project_config()
     max_deletion = config.max_deletion_or_default(max_deletion)
-    if force and not write:
-        raise UsageError("--force only makes sense with --write")
+    check_write_options(write, force)
     loaded = load_batch(tasks)
-    runner = _runner(config, server, {"--drafter": drafter, "--model": model, "--dspark": dspark}, lambda: dict(
-        model=config.resolve("model", model, None), drafter=config.drafter_or_default(drafter), dspark=dspark,
-    ))
-    from hsedit.ui import BatchProgress
+    runner = open_runner(config, server=server, model=model, drafter=drafter, dspark=dspark)
 
     show = not os.environ.get("PRE_COMMIT") and err.is_terminal
     with BatchProgress(err, total=len(loaded), show=show) as progress:
@@ -237,13 +236,10 @@ def batch(
             runner, loaded, results_file, write=write, force=force, max_batch=max_batch, max_tokens=max_tokens,
             max_deletion=max_deletion, on_step=progress.on_step, on_done=progress.on_done,
         )
-    from hsedit.ui import batch_table
-
-    Console(stderr=True).print(batch_table(outcomes, skipped=len(loaded) - len(outcomes)))
+    err.print(batch_table(outcomes, skipped=len(loaded) - len(outcomes)))
     if patch is not None:
         _write_diff(patch, combined_patch(loaded, results_file))
-    if any(o.status == FAILED for o in outcomes):
-        raise typer.Exit(1)
+    raise typer.Exit(exit_status(outcomes))
 
 
 @app.command(epilog=EXIT_HELP)
@@ -264,25 +260,16 @@ def serve(
     dspark: DsparkOption = None,
 ) -> None:
     """Serve one warm engine over HTTP: OpenAI chat completions (with Predicted Outputs), /v1/apply for hsedit's clients, /health, /metrics."""
-    from hsedit.config import find_pyproject, load_config
-    from hsedit.engine.engine import EngineOptions
-    from hsedit.server.app import ServerSettings
-    from hsedit.server.main import check_exposure, serve as run_server
+    from hsedit.config import project_config
+    from hsedit.server.main import serve as run_server
+    from hsedit.server.main import server_settings
 
     err = Console(stderr=True)
-    config = load_config(find_pyproject())
-    api_key = api_key or os.environ.get("HSEDIT_API_KEY") or None
-    check_exposure(host, api_key)  # before the engine's start-up, not after
-    if distributed_executor_backend not in (None, "mp", "ray"):
-        raise UsageError(f"--distributed-executor-backend is mp or ray, not {distributed_executor_backend!r}")
-    options = EngineOptions(
-        model=config.resolve("model", model, None), drafter=config.drafter_or_default(drafter), compile=compile,
-        dspark=dspark, tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-        distributed_executor_backend=distributed_executor_backend, multiprocessing=multiprocessing,
-    )
-    settings = ServerSettings(
-        served_model=options.model or "embedded", drafter=options.drafter, api_key=api_key, max_queue=max_queue,
-        max_body_bytes=max_body_bytes, max_tokens=max_tokens,
+    options, settings = server_settings(
+        project_config(), host=host, model=model, drafter=drafter, api_key=api_key, max_queue=max_queue,
+        max_tokens=max_tokens, max_body_bytes=max_body_bytes, multiprocessing=multiprocessing,
+        tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+        distributed_executor_backend=distributed_executor_backend, compile=compile, dspark=dspark,
     )
     started = time.perf_counter()
     err.print(f"hsedit: starting the engine (drafter: {options.drafter})…", style="dim", highlight=False)
@@ -311,48 +298,9 @@ def hook_fix(files: Annotated[Optional[list[str]], typer.Argument()] = None) -> 
 
 
 def _hook(mode: str, files: list[str]) -> None:
-    import importlib.util
+    from hsedit.hook import hook_command
 
-    from hsedit.config import hook_config
-
-    config = hook_config(Path.cwd())  # a mistake in [tool.hsedit] is one line, before anything starts
-    on_server = config.resolve("server", None, None) is not None
-    if not on_server and importlib.util.find_spec("vllm") is None:
-        # pre-commit installs hsedit alone into its own environment; the engine lives in the one
-        # `make setup` (or pip install hsedit[cpu]) made. HSEDIT_PYTHON names its interpreter.
-        python = os.environ.get("HSEDIT_PYTHON")
-        if not python:
-            raise UsageError("the hook needs vLLM or a server: set HSEDIT_SERVER (or [tool.hsedit] server) to a "
-                             "running `hsedit serve`, or HSEDIT_PYTHON to the python of an environment with "
-                             "hsedit[cpu] or hsedit[gpu] installed")
-        os.execv(python, [python, "-m", "hsedit.cli", "hook", mode, *files])
-    from hsedit.hook import run_hook
-
-    status = run_hook(
-        lambda: _runner(config, None, {}, lambda: dict(
-            model=config.resolve("model", None, None), drafter=config.drafter_or_default(None),
-        )),
-        config, files, fix=mode == "fix", root=Path.cwd(), say=lambda line: typer.echo(line),
-    )
-    raise typer.Exit(status)
-
-
-def _runner(config, server: str | None, engine_flags: dict, engine_options):
-    """Where edits run: the server the flag, HSEDIT_SERVER or [tool.hsedit] names, else an engine
-    started here with `engine_options()`. Engine flags given with a server are refused: the
-    server's own options decide (one line, exit 2, instead of silently ignoring them)."""
-    url = config.resolve("server", server, None)
-    if url:
-        from hsedit.client import ServerClient, ServerRunner
-
-        given = [flag for flag, value in engine_flags.items() if value is not None]
-        if given:
-            raise UsageError(f"{given[0]} is the server's to set (hsedit serve {given[0]} …); drop it or --server")
-        return ServerRunner(ServerClient(url))
-    from hsedit.apply import EmbeddedRunner
-    from hsedit.engine.engine import EngineOptions, shared_engine
-
-    return EmbeddedRunner(shared_engine(EngineOptions(**engine_options())))
+    raise typer.Exit(hook_command(mode, files, root=Path.cwd(), say=typer.echo))
 
 
 def _write_diff(path: Path, diff: str) -> None:

@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
 from hsedit.apply import EditJob, GeneratedEdit
+from hsedit.config import API_KEY_VARIABLE
+from hsedit.engine.provision import DrafterTarget
 from hsedit.engine.requests import StepEvent
 from hsedit.errors import HseditError, ServerError, UsageError, error_for_exit_code
 from hsedit.server.wire import StreamReader, apply_body
 
-API_KEY_VARIABLE = "HSEDIT_API_KEY"
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 600  # one step of a loaded server never takes this long
 
@@ -99,6 +100,8 @@ class ServerRunner:
         self.client = client
         health = client.get_json("/health")
         self.description = f"server {client.url}, drafter: {health.get('drafter', '?')}"
+        target = health.get("dspark_target")
+        self.dspark_target = DrafterTarget(target["trained_for"], target["target"]) if target else None
 
     def generate(
         self,

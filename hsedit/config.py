@@ -30,6 +30,7 @@ from hsedit.errors import UsageError
 
 KNOWN_KEYS = ("model", "drafter", "max_deletion", "server", "instructions")
 ENVIRONMENT = {"model": "HSEDIT_MODEL", "drafter": "HSEDIT_DRAFTER", "server": "HSEDIT_SERVER"}
+API_KEY_VARIABLE = "HSEDIT_API_KEY"  # a server's key, for its clients and for `hsedit serve`
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,11 @@ def find_pyproject(start: Path | None = None) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def project_config() -> ProjectConfig:
+    """The settings of the project the working directory is in."""
+    return load_config(find_pyproject())
 
 
 def load_config(pyproject: Path | None) -> ProjectConfig:

@@ -18,9 +18,15 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import importlib.util
+import os
+
 from hsedit.apply import EditRunner
 from hsedit.batch import FAILED, OK, BatchTask, run_batch
-from hsedit.config import ProjectConfig
+from hsedit.config import ProjectConfig, hook_config
+from hsedit.errors import UsageError
+
+PYTHON_VARIABLE = "HSEDIT_PYTHON"  # the interpreter of an environment with hsedit's engine
 
 
 def instruction_for(config: ProjectConfig, path: str) -> str | None:
@@ -36,6 +42,25 @@ def hook_tasks(files: Sequence[str], config: ProjectConfig, root: Path) -> list[
         key = hashlib.sha1(f"{name}\0{instruction}".encode()).hexdigest()[:16]
         tasks.append(BatchTask(key, (root / name).resolve(), name, instruction, None))
     return tasks
+
+
+def hook_command(mode: str, files: Sequence[str], root: Path, say: Callable[[str], None]) -> int:
+    """`hsedit hook check|fix FILES`: the exit status for pre-commit. pre-commit installs hsedit
+    alone into an environment of its own; without a server to edit on, the hook runs again
+    under HSEDIT_PYTHON, the interpreter of the environment `make setup` (or
+    `pip install hsedit[cpu]`) made, which has the engine."""
+    from hsedit.runner import open_runner
+
+    config = hook_config(root)  # a mistake in [tool.hsedit] is one line, before anything starts
+    on_server = config.resolve("server", None, None) is not None
+    if not on_server and importlib.util.find_spec("vllm") is None:
+        python = os.environ.get(PYTHON_VARIABLE)
+        if not python:
+            raise UsageError("the hook needs vLLM or a server: set HSEDIT_SERVER (or [tool.hsedit] server) to a "
+                             f"running `hsedit serve`, or {PYTHON_VARIABLE} to the python of an environment with "
+                             "hsedit[cpu] or hsedit[gpu] installed")
+        os.execv(python, [python, "-m", "hsedit.cli", "hook", mode, *files])
+    return run_hook(lambda: open_runner(config), config, files, fix=mode == "fix", root=root, say=say)
 
 
 def run_hook(

@@ -13,13 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from hsedit.batch import FAILED
-from hsedit.drafting.chain import DSPARK, NGRAM, NO_DRAFTER, TARGET, VLLM_NGRAM, VLLM_SUFFIX
+from hsedit.drafting.chain import DSPARK, COPY, NO_DRAFTER, TARGET, VLLM_NGRAM, VLLM_SUFFIX
 from hsedit.engine.requests import StepEvent
 from hsedit.engine.stats import RequestStats
 
-SOURCE_STYLES = {NGRAM: "green", DSPARK: "cyan", TARGET: "default", VLLM_NGRAM: "green", VLLM_SUFFIX: "green"}
+SOURCE_STYLES = {COPY: "green", DSPARK: "cyan", TARGET: "default", VLLM_NGRAM: "green", VLLM_SUFFIX: "green"}
 LEGEND = Text.assemble(
-    ("copied", SOURCE_STYLES[NGRAM]), " · ", ("model-drafted", SOURCE_STYLES[DSPARK]), " · generated"
+    ("copied", SOURCE_STYLES[COPY]), " · ", ("model-drafted", SOURCE_STYLES[DSPARK]), " · generated"
 )
 
 
@@ -78,7 +78,7 @@ class LiveEdit:
 def bench_table(report) -> Table:
     step = f" · plain step {report.plain_step_ms:.0f} ms" if report.plain_step_ms else ""
     table = Table(title=f"hsedit bench · {report.repeats} round(s), methods interleaved; ratios from this run{step}")
-    columns = ("workload", "batch", "method", "tok/s", "vs plain", "vs ngram", "vs vLLM ngram (best)", "vs dspark",
+    columns = ("workload", "batch", "method", "tok/s", "vs plain", "vs copy", "vs vLLM ngram (best)", "vs dspark",
                "tok/step", "accepted/drafted", "proposer ms/step", "dspark runs", "limit s", "of limit", "prefill",
                "exact")
     for column in columns:
@@ -93,7 +93,7 @@ def bench_table(report) -> Table:
         if c.skipped:
             table.add_row(workload, str(c.batch_size), c.method, "skipped", *[""] * 5, escape(c.skipped), *[""] * 6)
             continue
-        ratios = [report.ratio(c, NO_DRAFTER), report.ratio(c, NGRAM), report.ratio_to_best(c, VLLM_NGRAM),
+        ratios = [report.ratio(c, NO_DRAFTER), report.ratio(c, COPY), report.ratio_to_best(c, VLLM_NGRAM),
                   report.ratio(c, DSPARK)]
         acceptance = " · ".join(f"{name} {a}/{d}" for name, (a, d) in c.acceptance().items()) or "–"
         proposer = f"{c.proposer_ms_per_step:.2f}" if c.proposer_ms_per_step is not None else "–"

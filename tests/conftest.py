@@ -5,7 +5,12 @@ Each engine takes ~20 s to start; every test module shares the same few through
 """
 
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 # Triton reads this once, when it is first imported, and any test module may import it at
@@ -26,7 +31,7 @@ settings.load_profile("hsedit")
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "inventory.py"
 
 PLAIN = EngineOptions(drafter="none")
-COPY = EngineOptions(drafter="ngram")
+COPY_ENGINE = EngineOptions(drafter="copy")
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +41,7 @@ def plain_engine():
 
 @pytest.fixture(scope="session")
 def copy_engine():
-    return shared_engine(COPY)
+    return shared_engine(COPY_ENGINE)
 
 
 DSPARK = EngineOptions(drafter="dspark")
@@ -75,3 +80,56 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def greedy_gaps(engine, prompt_ids: list[int], answer_ids: list[int]) -> list[float]:
+    """Per answer token: how far its log-probability lies below the model's top choice at that
+    position (0.0 where it is the top choice), from one prefill of prompt + answer on `engine`.
+
+    Greedy decoding anywhere (any batch, any drafter) writes only top choices; fp32 CPU kernels
+    that are not batch-invariant can only flip a near tie. So an answer whose gaps are all tiny
+    is greedy decoding up to that noise, whatever batch it ran in, and a wrong token shows."""
+    from vllm import SamplingParams
+
+    full = list(prompt_ids) + list(answer_ids)
+    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1)
+    engine.core.add_request("greedy-gaps", {"prompt_token_ids": full}, params)
+    finished = None
+    while finished is None:
+        finished = next((o for o in engine.core.step() if o.request_id == "greedy-gaps" and o.finished), None)
+    gaps = []
+    for position in range(len(prompt_ids), len(full)):
+        scored = finished.prompt_logprobs[position]  # the token there and the top choice
+        top = max(entry.logprob for entry in scored.values())
+        gaps.append(top - scored[full[position]].logprob)
+    return gaps
+
+
+class Server:
+    """`hsedit serve ARGS` as users start it: a subprocess on a free loopback port, up once
+    /health answers."""
+
+    def __init__(self, *args: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(os.devnull, "w")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "hsedit.cli", "serve", "--port", str(self.port), *args],
+            stdout=self.log, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            assert self.process.poll() is None, self.process.stderr.read()
+            try:
+                urllib.request.urlopen(self.url + "/health", timeout=1)
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise AssertionError("the server did not come up")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=120)
+        self.log.close()
+        return code

@@ -10,6 +10,7 @@ from hsedit.bench import (
     BenchTask,
     _groups,
     all_accepted_limit,
+    builtin_dir,
     builtin_workloads,
     check_method,
     max_draft_of,
@@ -18,6 +19,8 @@ from hsedit.bench import (
 )
 from hsedit.cli import app
 from hsedit.edit.diff import edit_distance
+
+BENCHMARKS = builtin_dir()
 
 runner = CliRunner()
 
@@ -58,7 +61,8 @@ def test_bad_batch_sizes_and_workloads_are_usage_errors():
 
 
 def test_a_method_names_its_drafter_and_maximum_draft():
-    check_method("hybrid@15")
+    assert check_method("hybrid@15") == "hybrid@15"
+    assert check_method("ngram@15") == "copy@15"  # the copy drafter's old name
     assert (method_name("vllm-ngram@63"), max_draft_of("vllm-ngram@63")) == ("vllm-ngram", 63)
     assert (method_name("hybrid"), max_draft_of("hybrid")) == ("hybrid", None)
 
@@ -77,15 +81,15 @@ def test_the_all_accepted_limit_is_one_prefill_then_full_chains():
 def test_a_small_bench_runs_batches_checks_exactness_and_plots(tmp_path, plain_engine, copy_engine):
     light = builtin_workloads(["light"])[0]
     small = type(light)("light", light.tasks[:2])
-    report = run_bench([small], ["none", "ngram"], batch_sizes=[1, 2])
+    report = run_bench([small], ["none", "copy"], batch_sizes=[1, 2])
     assert report.exact
     rows = {(c.batch_size, c.method): c for c in report.cells}
-    assert set(rows) == {(1, "none"), (1, "ngram"), (2, "none"), (2, "ngram")}
+    assert set(rows) == {(1, "none"), (1, "copy"), (2, "none"), (2, "copy")}
     assert rows[(2, "none")].tokens == rows[(1, "none")].tokens  # same two tasks, run together
-    assert rows[(1, "ngram")].accepted["ngram"] > 0
-    assert report.ratio(rows[(1, "ngram")], "none") > 0
+    assert rows[(1, "copy")].accepted["copy"] > 0
+    assert report.ratio(rows[(1, "copy")], "none") > 0
     assert report.edit_distance["light"] is not None and 0.0 <= report.edit_distance["light"] < 1.0
-    positions = rows[(1, "ngram")].acceptance_by_position()["ngram"]
+    positions = rows[(1, "copy")].acceptance_by_position()["copy"]
     assert positions and all(0.0 <= p <= 1.0 for p in positions)
 
     from hsedit.plot import plot_report
@@ -94,9 +98,12 @@ def test_a_small_bench_runs_batches_checks_exactness_and_plots(tmp_path, plain_e
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads(json.dumps(report.as_dict()))
     assert data["exact"] and len(data["rows"]) == 4
+    # token-identical outputs, the same digest; another batch size is another composition
+    assert rows[(1, "copy")].output_sha256 == rows[(1, "none")].output_sha256
+    assert rows[(2, "copy")].output_sha256 == rows[(2, "none")].output_sha256
     for cell in report.cells:
         assert cell.limit_seconds > 0 and cell.limit_share > 0 and 0 < cell.prefill_share < 1
-    plain, copy = rows[(1, "none")], rows[(1, "ngram")]
+    plain, copy = rows[(1, "none")], rows[(1, "copy")]
     assert copy.limit_seconds < plain.limit_seconds  # a 15-token chain's limit is below one token a step's
 
 
@@ -113,3 +120,43 @@ def test_vllm_ngram_at_two_settings_runs_side_by_side_in_child_processes(plain_e
     assert rows["vllm-ngram"].accepted["vllm-ngram"] > 0 and rows["vllm-ngram@31"].accepted["vllm-ngram"] > 0
     assert report.ratio_to_best(rows["vllm-ngram@31"], "vllm-ngram") <= 1.0
 
+
+class DivergingEngine:
+    """A real engine behind a broken drafter: the first answer of every batch comes back with
+    its last token changed, as a drafter that let a wrong token through would leave it."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def generate(self, requests):
+        results = self._engine.generate(requests)
+        first = results[0]
+        first.token_ids = first.token_ids[:-1] + [first.token_ids[-1] + 1]
+        return results
+
+
+@pytest.mark.engine
+def test_an_output_that_differs_from_plain_decoding_fails_the_bench(tmp_path, monkeypatch, plain_engine, copy_engine):
+    import hsedit.bench
+
+    light = builtin_workloads(["light"])[0]
+    small = type(light)("light", light.tasks[:1])
+    engines = {"none": plain_engine, "copy": DivergingEngine(copy_engine)}
+    report = run_bench([small], ["none", "copy"], batch_sizes=[1], engine_for=engines.__getitem__)
+    rows = {c.method: c for c in report.cells}
+    assert not report.exact and report.as_dict()["exact"] is False
+    assert rows["copy"].mismatches == [small.tasks[0].name] and rows["none"].mismatches == []
+    assert rows["copy"].output_sha256 != rows["none"].output_sha256
+    # The command says which method, batch and workload differed, and exits 1.
+    task_file = tmp_path / "one.jsonl"
+    task = json.loads((BENCHMARKS / "light.jsonl").read_text().splitlines()[0])
+    (tmp_path / task["path"]).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / task["path"]).write_text((BENCHMARKS / task["path"]).read_text())
+    task_file.write_text(json.dumps(task) + "\n")
+    monkeypatch.setattr(hsedit.bench, "engine_for_method", lambda method, model=None, dspark=None: engines[method])
+    result = runner.invoke(app, ["bench", "--tasks", str(task_file), "--drafters", "copy", "--batch-size", "1"])
+    assert result.exit_code == 1, result.output
+    assert "outputs differ from plain decoding: copy at batch 1 on one" in " ".join(result.output.split())

@@ -9,8 +9,16 @@ import torch
 from hsedit.drafting.calibration import auc, ece, fit_sts, survival_from_logits
 from hsedit.drafting.dspark import ContextCache, DSparkConfig, DSparkDrafter, load_drafter, save_drafter
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
+from hsedit.errors import UsageError
 from hsedit.train.drafter.data import Sequence_
-from hsedit.train.drafter.train import DrafterTrainConfig, dspark_loss, greedy_blocks, train_drafter
+from hsedit.train.drafter.train import (
+    DrafterTrainConfig,
+    acceptance_summary,
+    bigram_blocks,
+    dspark_loss,
+    greedy_blocks,
+    train_drafter,
+)
 
 TINY_TARGET = dict(
     hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -100,7 +108,6 @@ def test_a_tiny_random_target_and_deepspec_drafter_load_and_draft(tmp_path):
     runner = ModelDrafter(drafter)
     # The anchor (last token) has no features yet: the drafter keeps positions before it.
     runner.observe([("r", FeatureRows(features, start=0, num_tokens=10))])
-    assert runner.can_draft("r", 10)
     chains = runner.propose([("r", int(ids[0, -1]), 7)])
     chain = chains["r"]
     assert len(chain.tokens) == 7 and all(0 <= t < 97 for t in chain.tokens)
@@ -197,6 +204,34 @@ def test_training_lowers_the_dspark_loss():
     assert logits.shape == accepted.shape == valid.shape and logits.shape[1] == 7
 
 
+def test_drafter_training_resumed_from_a_checkpoint_equals_one_run(tmp_path):
+    """Budgets accumulate: 10 updates, then 14 more from the checkpoint (across a pass over the
+    6 sequences), give the weights of one 24-update run with the same schedule."""
+    template = random_drafter()
+    seqs = synthetic_sequences(template)
+    target = {"model.embed_tokens.weight": template.embed_tokens.weight.detach(),
+              "lm_head.weight": template.lm_head.weight.detach()}
+
+    def run(checkpoint, steps):
+        config = DrafterTrainConfig(minutes=5, max_steps=steps, learning_rate=3e-3, anchors=8,
+                                    checkpoint=str(checkpoint), budget_updates=40)
+        return train_drafter(tiny_config(), target, seqs, seqs[:2], config, log=lambda _: None)
+
+    whole, report = run(tmp_path / "whole", 24)
+    run(tmp_path / "split", 10)
+    resumed, resumed_report = run(tmp_path / "split", 14)
+    assert report["steps"] == resumed_report["steps"] == 24
+    assert resumed_report["blocks_total"] == report["blocks_total"] > 0
+    mine, theirs = whole.own_state_dict(), resumed.own_state_dict()
+    assert mine.keys() == theirs.keys()
+    for name in mine:
+        assert torch.allclose(mine[name], theirs[name], atol=1e-6), name
+    # a checkpoint of other sequences is refused, not silently continued
+    with pytest.raises(UsageError, match="other sequences"):
+        train_drafter(tiny_config(), target, seqs[:3], seqs[:2],
+                      DrafterTrainConfig(max_steps=1, checkpoint=str(tmp_path / "split")), log=lambda _: None)
+
+
 def test_calibration_measures():
     assert ece(np.array([0.9, 0.9, 0.1, 0.1]), np.array([1, 1, 0, 0])) == pytest.approx(0.1)
     assert auc(np.array([0.1, 0.4, 0.35, 0.8]), np.array([0, 0, 1, 1])) == pytest.approx(0.75)
@@ -242,3 +277,36 @@ def test_a_request_after_a_prefix_cache_hit_borrows_the_shared_prefix(projected)
     other[2] += 1
     runner.observe([("third", FeatureRows(features[8:12], 8, 13, other))])
     assert runner.propose([("third", 3, 7)]) == {}
+
+
+def test_the_bigram_baseline_drafts_what_usually_follows():
+    # Answers that always go 5 -> 6 -> 7 -> 5 ...: the baseline drafts the cycle exactly.
+    ids = torch.tensor([1, 2] + [5, 6, 7] * 6)
+    mask = torch.tensor([False, False] + [True] * 18)
+    seq = Sequence_(ids, mask, torch.zeros(20, 4), torch.zeros(20, 4), "synthetic")
+    follows = {5: 6, 6: 7, 7: 5, 2: 5}
+    target = lambda s, anchors: torch.tensor(  # noqa: E731 - the cycle, from each anchor on
+        [[follows_n(follows, int(s.input_ids[a]), k + 1) for k in range(3)] for a in anchors])
+    accepted, valid = bigram_blocks([seq], [seq], 3, target)
+    summary = acceptance_summary(accepted, valid)
+    assert summary["accept@1"] == 1.0 and summary["accepted_per_block"] > 2.5  # full blocks but at the end
+    wrong = lambda s, anchors: torch.zeros(len(anchors), 3, dtype=torch.long)  # noqa: E731
+    assert acceptance_summary(*bigram_blocks([seq], [seq], 3, wrong)) == {"accept@1": 0.0, "accepted_per_block": 0.0}
+
+
+def follows_n(follows, token, n):
+    for _ in range(n):
+        token = follows[token]
+    return token
+
+
+def test_training_reports_the_feature_ablation():
+    template = random_drafter()
+    seqs = synthetic_sequences(template)
+    target = {"model.embed_tokens.weight": template.embed_tokens.weight.detach(),
+              "lm_head.weight": template.lm_head.weight.detach()}
+    config = DrafterTrainConfig(minutes=5, max_steps=5, anchors=8)
+    _, report = train_drafter(tiny_config(), target, seqs, seqs[:3], config, log=lambda _: None)
+    assert set(report["ablation"]) == {"real", "zeroed", "shifted", "other_sequence", "bigram"}
+    for row in report["ablation"].values():
+        assert 0.0 <= row["accept@1"] <= 1.0 and 0.0 <= row["accepted_per_block"] <= 7

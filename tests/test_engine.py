@@ -2,7 +2,7 @@
 
 import pytest
 
-from hsedit.drafting.chain import NGRAM, TARGET
+from hsedit.drafting.chain import COPY, TARGET
 from hsedit.engine.engine import GenerationRequest
 from tests.conftest import requests_for
 
@@ -16,18 +16,19 @@ def test_copy_drafting_is_token_identical_to_plain_decoding(plain_engine, copy_e
     for name, p, s in zip(prompts, plain, spec):
         assert s.token_ids == p.token_ids, f"spec output differs from plain on {name!r}"
         assert s.text == p.text
-    accepted = {name: s.stats.accepted[NGRAM] for name, s in zip(prompts, spec)}
+    accepted = {name: s.stats.accepted[COPY] for name, s in zip(prompts, spec)}
     # The comparison means something only if drafts were really accepted on copy-heavy prompts.
     assert accepted["copy-heavy edit"] > 20 and accepted["repeat code"] > 20, accepted
     assert spec[0].stats.tokens_per_step > 1.2
 
 
 def test_concurrent_requests_keep_their_own_drafting_state(plain_engine, copy_engine, prompts):
-    # All four at once share batch rows; each must still equal its plain output.
+    # All four at once share batch rows; each must still equal its plain output in the same
+    # batch (fp32 CPU kernels are not batch-invariant: plain decoding alone may differ).
     together = copy_engine.generate(requests_for(prompts, max_tokens=96))
-    alone = [plain_engine.generate([r])[0] for r in requests_for(prompts, max_tokens=96)]
-    for name, t, a in zip(prompts, together, alone):
-        assert t.token_ids == a.token_ids, f"batched spec output differs on {name!r}"
+    plain = plain_engine.generate(requests_for(prompts, max_tokens=96))
+    for name, t, p in zip(prompts, together, plain):
+        assert t.token_ids == p.token_ids, f"batched spec output differs on {name!r}"
 
 
 def test_every_step_is_accounted_for(copy_engine, prompts):
@@ -41,7 +42,7 @@ def test_every_step_is_accounted_for(copy_engine, prompts):
     for event, step in zip(events, stats.steps):
         assert step.emitted == tuple(event.token_ids) and len(event.sources) == len(step.emitted) >= 1
         assert 0 <= step.accepted <= step.matched <= step.drafted
-        assert event.sources.count(NGRAM) == step.accepted
+        assert event.sources.count(COPY) == step.accepted
         assert all(s == TARGET for s in event.sources[step.accepted :])
     assert stats.accepted_prediction_tokens + stats.tokens_by_source()[TARGET] == 200
     assert stats.accepted_prediction_tokens + stats.rejected_prediction_tokens == sum(stats.drafted.values())

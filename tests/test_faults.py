@@ -3,7 +3,7 @@
 Read `FAULTS` as the table: the file(s) on disk, the instruction, the model's answer, the flags
 → the exit code, a piece of the one-line message, and the file's bytes afterwards (unchanged,
 or exactly the intended new bytes). Those rows need no model to produce their condition: each
-runs a fixed answer through the same path `hsedit apply` takes (`prepare` → `finish_edit` →
+runs a fixed answer through the same path `hsedit apply` takes (`load_job` → `finish_edit` →
 `settle`, whose error's exit code is what the CLI exits with). The rows that need the real
 engine or a real process are functions below the table, and a few live beside the feature:
 
@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hsedit.apply import EditJob, finish_edit, prepare, settle
+from hsedit.apply import EditJob, finish_edit, load_job, settle
 from hsedit.batch import FAILED, OK, BatchTask, ResultsJournal, finish_task, load_batch
 from hsedit.cli import app
 from hsedit.edit.diff import summarize
@@ -162,7 +162,7 @@ def run_fault(root: Path, fault: Fault) -> tuple[int, str]:
     if fault.name == "read-only file":
         os.chmod(root / fault.path, 0o444)
     try:
-        job = prepare(root / fault.path, fault.instruction, write=fault.write)
+        job = load_job(root / fault.path, fault.instruction, write=fault.write)
         # vLLM leaves the stop string (newline + closing fence) out of the text; so does this.
         generation = Generation(text=fault.answer.removesuffix("\n"), stats=RequestStats(finish_reason=fault.finish))
         result = finish_edit(job, generation, GenerationRequest([], max_tokens=100))
@@ -192,7 +192,7 @@ def test_fault(tmp_path, fault):
 
 def test_ctrl_c_while_writing_leaves_the_file(tmp_path, monkeypatch):
     (tmp_path / "t.py").write_text(CODE)
-    job = prepare(tmp_path / "t.py", "rename area to size", write=True)
+    job = load_job(tmp_path / "t.py", "rename area to size", write=True)
     result = finish_edit(job, Generation(text=CODE.replace("area", "size")), GenerationRequest([], max_tokens=100))
 
     def interrupted(*_args):
@@ -208,7 +208,7 @@ def test_ctrl_c_while_writing_leaves_the_file(tmp_path, monkeypatch):
 def test_write_keeps_mode_bits(tmp_path):
     (tmp_path / "run.py").write_text(CODE)
     os.chmod(tmp_path / "run.py", 0o750)
-    job = prepare(tmp_path / "run.py", "rename area to size", write=True)
+    job = load_job(tmp_path / "run.py", "rename area to size", write=True)
     settle(finish_edit(job, Generation(text=CODE.replace("area", "size")), GenerationRequest([], max_tokens=100)), write=True)
     assert (tmp_path / "run.py").stat().st_mode & 0o7777 == 0o750
 
@@ -344,7 +344,7 @@ def test_kill_9_of_a_batch_then_resume(tmp_path):
     tasks = [{"path": name, "instruction": f"set LIMIT to {16 * (i + 1)}"} for i, name in enumerate(constants)]
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
     results = tmp_path / "tasks.jsonl.results.jsonl"
-    command = [sys.executable, "-m", "hsedit.cli", "batch", "tasks.jsonl", "--write", "--drafter", "ngram", "--max-batch", "1"]
+    command = [sys.executable, "-m", "hsedit.cli", "batch", "tasks.jsonl", "--write", "--drafter", "copy", "--max-batch", "1"]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
     deadline = time.monotonic() + 600

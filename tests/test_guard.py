@@ -70,7 +70,7 @@ def test_settings_resolve_flag_then_environment_then_file_then_default(tmp_path,
     (tmp_path / "pyproject.toml").write_text('[tool.hsedit]\ndrafter = "ngram"\nmax_deletion = 0.25\n')
     config = load_config(find_pyproject(tmp_path / "sub"))
     monkeypatch.delenv("HSEDIT_DRAFTER", raising=False)
-    assert config.drafter_or_default(None) == "ngram"
+    assert config.drafter_or_default(None) == "copy"  # "ngram", the copy drafter's old name, still reads
     assert config.drafter_or_default("dspark") == "dspark"
     monkeypatch.setenv("HSEDIT_DRAFTER", "none")
     assert config.drafter_or_default(None) == "none"

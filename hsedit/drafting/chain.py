@@ -3,13 +3,13 @@ one verified step leaves behind (its record). Light: the server's clients import
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hsedit.errors import UsageError
 
 # Token sources, as they appear in streams, stats and the live view.
 TARGET = "target"  # produced by the target model itself (the bonus / plain token)
-NGRAM = "ngram"  # copied from the request's own context by the copy drafter
+COPY = "copy"  # copied from the request's own context (and prediction) by the copy drafter
 DSPARK = "dspark"  # proposed by the model-based drafter
 VLLM_NGRAM = "vllm-ngram"  # vLLM's built-in n-gram drafter, run for comparison
 VLLM_SUFFIX = "vllm-suffix"  # vLLM's suffix decoding (arctic-inference), run for comparison
@@ -18,15 +18,23 @@ NO_DRAFTER = "none"  # --drafter value: plain decoding
 PROBE = "probe"  # filler drafts that size a verification step when profiling costs
 VLLM_BUILTINS = (VLLM_NGRAM, VLLM_SUFFIX)  # drafters vLLM runs out of our sight
 
+# Bound on the per-request state a drafter keeps for requests nobody released (the oldest go).
+MAX_TRACKED_REQUESTS = 4096
+
 # Every --drafter value, in the order help texts list them; the one registry that the CLI, the
 # hook's [tool.hsedit] and the engine check names against.
-DRAFTER_CHOICES = (HYBRID, NO_DRAFTER, NGRAM, DSPARK, VLLM_NGRAM, VLLM_SUFFIX)
+DRAFTER_CHOICES = (HYBRID, NO_DRAFTER, COPY, DSPARK, VLLM_NGRAM, VLLM_SUFFIX)
 # --drafter value -> the drafters hsedit's own planner runs for it
-OWN_DRAFTERS = {NGRAM: (NGRAM,), DSPARK: (DSPARK,), HYBRID: (NGRAM, DSPARK)}
+OWN_DRAFTERS = {COPY: (COPY,), DSPARK: (DSPARK,), HYBRID: (COPY, DSPARK)}
+
+
+# Older names still accepted (a [tool.hsedit] written before the copy drafter was called copy).
+DRAFTER_ALIASES = {"ngram": COPY}
 
 
 def check_drafter(name: object, where: str = "--drafter") -> str:
-    """`name` if it is a drafter hsedit knows; else a one-line usage error naming `where`."""
+    """The drafter `name` stands for, if hsedit knows it; else a one-line usage error naming `where`."""
+    name = DRAFTER_ALIASES.get(name, name) if isinstance(name, str) else name
     if name not in DRAFTER_CHOICES:
         raise UsageError(f"{where}: unknown drafter {name!r}; choose from {', '.join(DRAFTER_CHOICES)}")
     return name  # type: ignore[return-value]
@@ -88,3 +96,16 @@ class StepRecord:
 
     def token_sources(self) -> list[str]:
         return [self.source or TARGET] * self.accepted + [TARGET] * (len(self.emitted) - self.accepted)
+
+
+def attribute_step(record: StepRecord | None, emitted: tuple[int, ...], unseen_drafter: str | None) -> StepRecord:
+    """The record of a step as its tokens reached the output: the proposer's record, trimmed to
+    `emitted` (a stop string or max_tokens can cut a step short). Without one, a drafter that
+    runs out of sight (`unseen_drafter`: vLLM's own, or ours in another process) accepted every
+    emitted token but the last; how many it drafted is known only at the end, from vLLM's
+    per-request counts. Otherwise every token is the target's."""
+    if record is not None:
+        return replace(record, emitted=emitted)
+    if unseen_drafter is not None and len(emitted) > 1:
+        return StepRecord(unseen_drafter, 0, len(emitted) - 1, emitted)
+    return StepRecord(None, 0, 0, emitted)

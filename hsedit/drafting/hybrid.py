@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from hsedit.drafting.chain import DSPARK, NGRAM, DraftChain
+from hsedit.drafting.chain import DSPARK, COPY, DraftChain
 
 NEG_INF = float("-inf")
 
@@ -236,7 +236,7 @@ class HybridSelector:
         """One chain (or none) per request; `drafted_for` requests had a model-drafter pass."""
         if not candidates:
             return []
-        copy = [_by_source(chains, NGRAM) for chains in candidates]
+        copy = [_by_source(chains, COPY) for chains in candidates]
         neural = [_by_source(chains, DSPARK) for chains in candidates]
         length = max([len(c) for chains in candidates for c in chains] or [1])
         copy_survival = pad([_survival(c) for c in copy], length)  # [R, L]

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hsedit.drafting.chain import DSPARK, DraftChain
+from hsedit.drafting.chain import DSPARK, MAX_TRACKED_REQUESTS, DraftChain
 from hsedit.drafting.dspark import ContextCache, DSparkDrafter
 
-MAX_TRACKED_REQUESTS = 4096
 KEPT_AFTER_RELEASE = 32  # finished requests whose context a new one with the same prefix can borrow
 
 
@@ -120,7 +119,7 @@ class ModelDrafter:
                 c.pending, c.pending_rows = [], 0
 
     @torch.inference_mode()
-    def prepare(self, max_requests: int = 16, context: int = 256) -> tuple[list[int], list[float]]:
+    def time_passes(self, max_requests: int = 16, context: int = 256) -> tuple[list[int], list[float]]:
         """Pick the faster LM head for drafting on this device, then time draft passes for a few
         request counts: ([n], [seconds]) for the hybrid selector's drafting cost D(n)."""
         model = self.model
@@ -142,10 +141,6 @@ class ModelDrafter:
         model.use_fast_head(min(timed, key=timed.get))
         counts = [n for n in (1, 2, 4, 8, 16, 32) if n <= max_requests] or [1]
         return counts, [seconds(n) for n in counts]
-
-    def can_draft(self, req_id: str, num_tokens: int) -> bool:
-        context = self._contexts.get(req_id)
-        return context is not None and len(context) == num_tokens - 1
 
     def propose(self, requests: Sequence[tuple[str, int, int]]) -> dict[str, DraftChain]:
         """(req id, anchor token, limit) per request -> its chain, confidences and survival."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from hsedit.drafting.chain import NGRAM, CopyFeatures, DraftChain
+from hsedit.drafting.chain import COPY, CopyFeatures, DraftChain
 
 DEFAULT_MIN_MATCH = 3
 DEFAULT_MAX_DRAFT = 15  # the paper setting, and what a drafter without a price verifies
@@ -89,7 +89,7 @@ class CopyIndex:
             candidates_agree=len(next_tokens) == 1,
             source_distance=len(self.tokens) - 1 - source_end,
         )
-        return DraftChain(source=NGRAM, tokens=draft, copy_features=features, source_start=source_end + 1)
+        return DraftChain(source=COPY, tokens=draft, copy_features=features, source_start=source_end + 1)
 
 
 class Alignment:
@@ -136,17 +136,4 @@ class Alignment:
             return None
         features = CopyFeatures(match_len=1, num_candidates=1, candidates_agree=False,
                                 source_distance=len(source) - resume_at)
-        return DraftChain(source=NGRAM, tokens=list(draft), copy_features=features, source_start=resume_at)
-
-
-def longest_match_by_scan(tokens: list[int], min_match: int) -> tuple[int, int] | None:
-    """Reference implementation (quadratic): the same answer as CopyIndex.longest_match."""
-    end = len(tokens) - 1
-    best: tuple[int, int] | None = None
-    for q in range(end):
-        length = 0
-        while length <= q and tokens[q - length] == tokens[end - length]:
-            length += 1
-        if length >= min_match and (best is None or (length, q) > (best[1], best[0])):
-            best = (q, length)
-    return best
+        return DraftChain(source=COPY, tokens=list(draft), copy_features=features, source_start=resume_at)

@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hsedit.drafting.chain import DSPARK, NGRAM, PROBE, DraftChain, StepRecord
+from hsedit.drafting.chain import DSPARK, MAX_TRACKED_REQUESTS, COPY, PROBE, DraftChain, StepRecord
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel, RequestOffset, VerifiedChain
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
 from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, Alignment, CopyIndex
 
-DRAFTERS = (NGRAM, DSPARK)
-MAX_TRACKED_REQUESTS = 4096  # bound on state kept for requests nobody released
+DRAFTERS = (COPY, DSPARK)
 
 
 @dataclass(frozen=True)
@@ -67,11 +66,11 @@ class DraftPlanner:
 
     def __init__(
         self,
-        drafters: Sequence[str] = (NGRAM,),
+        drafters: Sequence[str] = (COPY,),
         max_draft: int = DEFAULT_MAX_DRAFT,
         min_match: int = DEFAULT_MIN_MATCH,
         model_drafter: ModelDrafter | None = None,
-        copy_model: CopyAcceptanceModel | None = None,
+        copy_acceptance: CopyAcceptanceModel | None = None,
         selector: HybridSelector | None = None,
     ) -> None:
         unknown = set(drafters) - set(DRAFTERS)
@@ -79,11 +78,11 @@ class DraftPlanner:
             raise ValueError(f"unknown drafter(s): {', '.join(sorted(unknown))}")
         if (DSPARK in drafters) != (model_drafter is not None):
             raise ValueError("the dspark drafter needs a model drafter, and only it does")
-        if selector is not None and copy_model is None and NGRAM in drafters:
+        if selector is not None and copy_acceptance is None and COPY in drafters:
             raise ValueError("the hybrid selector needs the copy acceptance model")
         self.drafters = tuple(drafters)
         self.model_drafter = model_drafter
-        self.copy_model = copy_model
+        self.copy_acceptance = copy_acceptance
         self.selector = selector
         self.max_draft = max_draft
         self.min_match = min_match
@@ -115,9 +114,9 @@ class DraftPlanner:
             state = self._state_for(row.req_id)
             record = _verification_record(state.pending, row.sampled, state.pending_price)
             state.records.append(record)
-            if record.copy_features is not None and self.copy_model is not None:
+            if record.copy_features is not None and self.copy_acceptance is not None:
                 verified = VerifiedChain(record.copy_features, record.drafted, record.matched)
-                state.copy_offset.observe(self.copy_model, verified)
+                state.copy_offset.observe(self.copy_acceptance, verified)
             _sync_index(state, row.context)
             state.alignment.observe(state.pending, record.matched, record.emitted, state.index.tokens)
             live.append((i, row, state))
@@ -139,7 +138,7 @@ class DraftPlanner:
         records, state.records = state.records, []
         return records
 
-    def seed(self, req_id: str, reference: Sequence[int]) -> None:
+    def seed_prediction(self, req_id: str, reference: Sequence[int]) -> None:
         """Let the copy drafter copy from `reference` too, as from the request's own context:
         a prediction of the answer that is not part of the prompt. Call before its first step."""
         state = self._state_for(req_id)
@@ -147,10 +146,10 @@ class DraftPlanner:
         state.index.reset()
         state.index.extend(state.reference)
 
-    def prepare(self, max_requests: int) -> None:
+    def time_model_drafter(self, max_requests: int) -> None:
         """Once the model drafter sits on its device: time it for the selector's drafting cost."""
         if self.model_drafter is not None:
-            counts, seconds = self.model_drafter.prepare(max_requests)
+            counts, seconds = self.model_drafter.time_passes(max_requests)
             if self.selector is not None:
                 self.selector.set_draft_costs(counts, seconds)
 
@@ -189,17 +188,17 @@ class DraftPlanner:
         ]
 
     def _copy_chain(self, state: _RequestState, limit: int) -> DraftChain | None:
-        if NGRAM not in self.drafters:
+        if COPY not in self.drafters:
             return None
         chain = state.index.propose(limit)
-        if (chain is None or not chain.tokens) and self.copy_model is not None:
+        if (chain is None or not chain.tokens) and self.copy_acceptance is not None:
             # No suffix match right after a change: resume the source where it continues. Only
             # with a price: a guess verified at full length costs more than it saves.
             chain = state.alignment.resume(state.index, limit)
         if chain is None or not chain.tokens:
             return None
-        if self.copy_model is not None:
-            chain.survival = self.copy_model.survival(chain.copy_features, len(chain), state.copy_offset.value)
+        if self.copy_acceptance is not None:
+            chain.survival = self.copy_acceptance.survival(chain.copy_features, len(chain), state.copy_offset.value)
         return chain
 
     def _model_chains(

@@ -161,7 +161,7 @@ def _step_seconds(engine: Any, n: int, k: int) -> float | None:
         last = None
         requests = [GenerationRequest(prompt, max_tokens=8) for _ in range(n)]
         for event in engine.stream(requests):
-            if event.index != 0:  # every request advances each step: time one of them
+            if event.key != 0:  # every request advances each step: time one of them
                 continue
             now = time.perf_counter()
             if last is not None:

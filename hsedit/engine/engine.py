@@ -18,17 +18,18 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from hsedit.drafting.chain import TARGET, VLLM_BUILTINS, StepRecord, check_drafter
+from hsedit.drafting.chain import DSPARK, OWN_DRAFTERS, TARGET, VLLM_BUILTINS, StepRecord, attribute_step, check_drafter
 from hsedit.engine import vllm_proposer
 from hsedit.engine.costs import CostTable, engine_cost_table
 from hsedit.engine.detokenize import IncrementalText
 from hsedit.engine.options import EngineOptions
-from hsedit.engine.provision import resolve_model
+from hsedit.engine.provision import DrafterTarget, drafter_target, resolve_drafter, resolve_model
 from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
+from hsedit.errors import ContextTooLongError
 from hsedit.engine.vllm_engine import Proposer, SpecCounts, reported_spec_counts, silenced_stderr, start_vllm
 
 __all__ = ["Engine", "EngineOptions", "Generation", "GenerationRequest", "StepEvent", "shared_engine"]
@@ -53,6 +54,10 @@ class Engine:
             self.core, self.proposer = start_vllm(options, self.model_path, self.counts)
             self.tokenizer = self.core.get_tokenizer()
             self.max_model_len = int(self.core.model_config.max_model_len)
+            # Whether the DSpark drafter (where one runs) was trained for this target.
+            self.drafter_target: DrafterTarget | None = None
+            if DSPARK in OWN_DRAFTERS.get(options.drafter, ()):
+                self.drafter_target = drafter_target(resolve_drafter(options.dspark, options.model), self.model_path)
             self._ids = itertools.count()
             self._running: dict[str, _Tracked] = {}  # request id -> state, until it finishes
             self.cost_table: CostTable | None = None  # profiling streams requests, which read it
@@ -78,10 +83,22 @@ class Engine:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))
 
+    def answer_room(self, prompt_ids: Sequence[int], needed: int, what: str) -> int:
+        """The tokens an answer may take after `prompt_ids`: the one check that a request fits
+        the model's context, for every endpoint. Fewer than `needed` is ContextTooLongError,
+        its message starting with `what` (the request in the user's words)."""
+        room = self.max_model_len - len(prompt_ids)
+        if room < needed:
+            raise ContextTooLongError(
+                f"{what}: the prompt takes {len(prompt_ids)} tokens and the answer {needed} more, "
+                f"but the model takes {self.max_model_len}"
+            )
+        return room
+
     # -- one request at a time: what a server's engine thread drives ---------------------
     def add(self, request: GenerationRequest, key: Any) -> str:
         """Queue a request; it joins the running batch at the next `step()`. Its events carry
-        `key` as their `index`. Returns its id, for `abort`."""
+        `key` as their `key` (the caller's handle: a position, a ticket). Returns its id, for `abort`."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -157,9 +174,17 @@ class Engine:
     def stream(
         self, requests: Iterable[GenerationRequest], *, max_in_flight: int | None = None
     ) -> Iterator[StepEvent]:
-        """Run the requests concurrently and yield after each engine step. With `max_in_flight`,
-        at most that many run at once and the next joins the running batch as soon as one
-        finishes (continuous batching); `requests` is read lazily. Aborts what runs on early exit."""
+        """Run the requests concurrently, yielding after each engine step.
+
+        Args:
+            requests: what to generate; read lazily, so a caller may produce them as room frees.
+            max_in_flight: at most this many run at once; the next joins the running batch as
+                soon as one finishes (continuous batching). None: all at once.
+
+        Yields:
+            StepEvent: one per request that moved in a step (its `key` is the request's position
+            in `requests`), in step order; a request's last event has `finished` True. Leaving
+            the loop early aborts whatever still runs and frees its KV cache."""
         waiting = enumerate(requests)
         mine: set[str] = set()
 
@@ -189,24 +214,34 @@ class Engine:
         max_in_flight: int | None = None,
         on_step: Callable[[StepEvent], None] | None = None,
     ) -> Iterator[tuple[int, Generation]]:
-        """(index, generation) for each request as soon as it finishes."""
+        """Each request's whole generation, as soon as it finishes.
+
+        Args:
+            requests, max_in_flight: as for `stream`.
+            on_step: called with every StepEvent first (a live view, a progress bar).
+
+        Yields:
+            (position, Generation): the request's position in `requests` and what it produced,
+            in the order requests finish."""
         running: dict[int, Generation] = {}
         for event in self.stream(requests, max_in_flight=max_in_flight):
             if on_step is not None:
                 on_step(event)
-            result = running.setdefault(event.index, Generation())
+            result = running.setdefault(event.key, Generation())
             result.token_ids += event.token_ids
             result.sources += event.sources
             result.stats = event.stats
             result.text += event.text
             if event.finished:
-                yield event.index, running.pop(event.index)
+                yield event.key, running.pop(event.key)
 
     def generate(
         self,
         requests: Sequence[GenerationRequest],
         on_step: Callable[[StepEvent], None] | None = None,
     ) -> list[Generation]:
+        """Every request's Generation, in the order of `requests`, once all have finished (all
+        run concurrently). `on_step` as for `generate_each`."""
         results: list[Generation | None] = [None] * len(requests)
         for index, generation in self.generate_each(requests, on_step=on_step):
             results[index] = generation
@@ -231,23 +266,16 @@ class Engine:
             if tail:
                 pieces.append((tail, sources[-1] if sources else TARGET))
         return StepEvent(
-            item.index, output.request_id, new_ids, sources, pieces, completion.text, output.finished, step, item.stats
+            item.key, output.request_id, new_ids, sources, pieces, completion.text, output.finished, step, item.stats
         )
 
     def _attribute(self, item: _Tracked, new_ids: list[int]) -> StepRecord:
-        """The proposer's record of this step, trimmed to the tokens that reached the output."""
-        emitted = tuple(new_ids)
+        """This step's record for the request, from the proposer where it runs in sight."""
         if self.proposer is not None:
             item.records.extend(self.proposer.records_for(item.internal_id))
-            if item.records:
-                return replace(item.records.popleft(), emitted=emitted)
-        remote = isinstance(self.proposer, vllm_proposer.RemoteProposer)
-        if len(emitted) > 1 and (self.options.drafter in VLLM_BUILTINS or remote):
-            # vLLM's own drafters, or ours in another process: every emitted token but the last
-            # was an accepted draft. How many were drafted is known only at the end
-            # (RequestStats.engine_reported, vLLM's per-request counts).
-            return StepRecord(self.options.drafter, 0, len(emitted) - 1, emitted)
-        return StepRecord(None, 0, 0, emitted)
+        record = item.records.popleft() if item.records else None
+        out_of_sight = self.options.drafter in VLLM_BUILTINS or isinstance(self.proposer, vllm_proposer.RemoteProposer)
+        return attribute_step(record, tuple(new_ids), self.options.drafter if out_of_sight else None)
 
 
 _shared_engines: dict[EngineOptions, Engine] = {}
@@ -265,7 +293,7 @@ def shared_engine(options: EngineOptions) -> Engine:
 class _Tracked:
     """A request the engine is running, by its id."""
 
-    index: Any
+    key: Any
     internal_id: str
     stats: RequestStats
     text: IncrementalText

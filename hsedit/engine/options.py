@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hsedit.drafting.chain import HYBRID, NGRAM
+from hsedit.drafting.chain import HYBRID, COPY
 from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, PRICED_MAX_DRAFT
 
 
 @dataclass(frozen=True)
 class EngineOptions:
     model: str | None = None  # None: the embedded default model
-    drafter: str = NGRAM
+    drafter: str = COPY
     num_speculative_tokens: int | None = None  # None: 31 for the hybrid (it prices each chain), else 15
     min_match: int = DEFAULT_MIN_MATCH
     dspark: str | None = None  # DSpark drafter directory; None: the shipped one (default model only)
-    copy_model: str | None = None  # copy acceptance coefficients; None: as `hsedit calibrate` left them
+    copy_acceptance: str | None = None  # copy acceptance coefficients; None: as `hsedit calibrate` left them
     compile: bool = False  # vLLM's compiled mode: faster steps, minutes to start
     kv_cache_gib: float = 1.0
     max_model_len: int | None = None

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from hsedit.errors import ModelError
@@ -87,21 +88,68 @@ def resolve_drafter(drafter: str | None, model: str | None) -> str:
     )
 
 
-def copy_model_path(model: str | None) -> Path:
+@dataclass(frozen=True)
+class DrafterTarget:
+    """Whether a DSpark drafter was trained for the target it is about to draft for."""
+
+    trained_for: str  # the identity its config records ("" if none)
+    target: str  # the identity of the target it runs with
+
+    @property
+    def matches(self) -> bool:
+        return self.trained_for == self.target
+
+    def warning(self) -> str | None:
+        if self.matches:
+            return None
+        return (f"the DSpark drafter was trained for {self.trained_for or 'an unrecorded target'}, not this target "
+                f"({self.target}): it drafts, but its acceptance estimates start from nothing; retrain it "
+                "(hsedit drafter train)")
+
+    def as_dict(self) -> dict:
+        return {"trained_for": self.trained_for, "target": self.target, "matches": self.matches}
+
+
+def target_identity(model_path: str) -> str:
+    """A target model's identity, for a drafter to record what it was trained on: for a model in
+    hsedit's cache its directory's name, the cache's own key (the GGUF's name and size, the
+    apply adapter's weights digest); for another directory its name and a digest of its config
+    and of each weights file's size and first MiB (the safetensors header and the first
+    tensors); a hub id as it is."""
+    path = Path(model_path)
+    if not path.is_dir():
+        return model_path
+    if path.resolve().parent == (cache_dir() / "models").resolve():
+        return path.name
+    digest = hashlib.sha256((path / "config.json").read_bytes())
+    for weights in sorted(path.glob("*.safetensors")):
+        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
+        with weights.open("rb") as handle:
+            digest.update(handle.read(1 << 20))
+    return f"{path.name}-{digest.hexdigest()[:12]}"
+
+
+def drafter_target(drafter_dir: str, model_path: str) -> DrafterTarget:
+    """The target a drafter directory records (config.json's hsedit.target) against this one."""
+    config = json.loads((Path(drafter_dir) / "config.json").read_text())
+    return DrafterTarget(str(config.get("hsedit", {}).get("target", "")), target_identity(model_path))
+
+
+def copy_acceptance_path(model: str | None) -> Path:
     """Where `hsedit calibrate` keeps a model's copy acceptance coefficients."""
     name = model or DEFAULT_NAME
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
     return cache_dir() / "copy-acceptance" / f"{safe}.json"
 
 
-def resolve_copy_model(path: str | None, model: str | None) -> str:
+def resolve_copy_acceptance(path: str | None, model: str | None) -> str:
     """Coefficients named, else those `hsedit calibrate` fit for this model, else the shipped
     ones (fit for the embedded model: a reasonable start for others until calibrated)."""
     if path:
         if not Path(path).is_file():
             raise ModelError(f"copy acceptance file not found: {path}")
         return path
-    calibrated = copy_model_path(model)
+    calibrated = copy_acceptance_path(model)
     if calibrated.is_file():
         return str(calibrated)
     if not DEFAULT_COPY_MODEL.is_file():

@@ -14,6 +14,10 @@ from hsedit.engine.stats import RequestStats
 
 @dataclass
 class GenerationRequest:
+    """One generation. `prompt` is text (tokenized by the engine) or token ids; `max_tokens`
+    caps the answer; `temperature` 0 is greedy (the default), above it sampling (`seed` fixes
+    it where the platform can); the answer stops before any of `stop`."""
+
     prompt: str | Sequence[int]
     max_tokens: int = 2048
     temperature: float = 0.0
@@ -26,21 +30,27 @@ class GenerationRequest:
 
 @dataclass
 class StepEvent:
-    """What one request gained in one engine step."""
+    """What one request gained in one engine step: what `Engine.stream` yields.
 
-    index: Any  # the key it was added with: in stream(), its position in the list given
-    request_id: str
-    token_ids: list[int]
-    sources: list[str]  # one per token: "target" or the drafter name
-    pieces: list[tuple[str, str]]  # (text, source) runs, for display
-    text: str  # vLLM's own text delta: stop strings cut, special tokens skipped
-    finished: bool
-    record: StepRecord  # this step's record (also the last of `stats.steps` when it was made)
-    stats: RequestStats  # the request's stats so far: keeps growing until it finishes
+    A step adds one or more tokens to a request: the draft tokens verification kept, then the
+    target's own. `token_ids`, `sources` and `pieces` describe the same tokens three ways."""
+
+    key: Any  # what the request was added with: in stream() and generate_each(), its position in the list given
+    request_id: str  # vLLM's id for it (what `Engine.abort` takes)
+    token_ids: list[int]  # the tokens this step added
+    sources: list[str]  # one per token: "target" (the model's own) or the drafter that drafted it ("copy", "dspark")
+    pieces: list[tuple[str, str]]  # (text, source) runs of those tokens, decoded for display
+    text: str  # vLLM's own text delta: stop strings cut, special tokens skipped (what the answer is)
+    finished: bool  # the request's last event: stop, stop string or max_tokens reached
+    record: StepRecord  # this step's record: chain verified, drafted, matched (the last of `stats.steps`)
+    stats: RequestStats  # the request's stats so far (the same object on every event: it keeps growing)
 
 
 @dataclass
 class Generation:
+    """A finished request: every token it produced, each token's source, vLLM's text (stop
+    strings cut) and the request's stats (steps, drafts, timings, finish reason)."""
+
     token_ids: list[int] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
     text: str = ""

@@ -17,7 +17,7 @@ from typing import Any, Union
 from hsedit.drafting.chain import DSPARK, HYBRID, NO_DRAFTER, OWN_DRAFTERS, VLLM_NGRAM, VLLM_SUFFIX
 from hsedit.engine import vllm_proposer
 from hsedit.engine.options import EngineOptions
-from hsedit.engine.provision import resolve_copy_model, resolve_drafter
+from hsedit.engine.provision import resolve_copy_acceptance, resolve_drafter
 from hsedit.errors import ModelError
 
 Proposer = Union[vllm_proposer.HseditProposer, vllm_proposer.RemoteProposer]
@@ -88,7 +88,7 @@ def start_vllm(options: EngineOptions, model_path: str, counts: SpecCounts) -> t
                 block = json.loads((Path(proposer.dspark) / "config.json").read_text())["block_size"]
                 num_speculative_tokens = min(num_speculative_tokens, int(block))
         if options.drafter == HYBRID:
-            proposer = replace(proposer, copy_model=resolve_copy_model(options.copy_model, options.model))
+            proposer = replace(proposer, copy_acceptance=resolve_copy_acceptance(options.copy_acceptance, options.model))
         kwargs["speculative_config"] = {
             "method": "custom_class",
             "model": vllm_proposer.PROPOSER_CLASS,

@@ -35,7 +35,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, astuple, dataclass, fields
+from dataclasses import asdict, astuple, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
 from hsedit.drafting.ngram import DEFAULT_MIN_MATCH
 from hsedit.drafting.planner import DraftPlanner, RowView
-from hsedit.engine.provision import resolve_copy_model, resolve_drafter
+from hsedit.engine.provision import drafter_target, resolve_copy_acceptance, resolve_drafter
 from hsedit.engine.vllm_runner import RunnerAdapter, target_embeddings, worker_drafter
 
 CONFIG_KEY = "hsedit"  # vllm_config.additional_config[CONFIG_KEY]: the proposer's options
@@ -62,10 +62,10 @@ class ProposerOptions:
     """What the proposer needs, as JSON (vLLM hashes and ships `additional_config` to workers).
     Paths left out are resolved in the worker the way hsedit resolves them for its own model."""
 
-    drafter: str = HYBRID  # ngram, dspark or hybrid
+    drafter: str = HYBRID  # copy, dspark or hybrid
     min_match: int = DEFAULT_MIN_MATCH
     dspark: str | None = None  # DSpark drafter directory (dspark, hybrid); None: the shipped one
-    copy_model: str | None = None  # copy acceptance coefficients (hybrid); None: calibrated or shipped
+    copy_acceptance: str | None = None  # copy acceptance coefficients (hybrid); None: calibrated or shipped
     # A cost table (JSON with "tokens" and "seconds", as hsedit's cache keeps them) for the hybrid's
     # price; None: hsedit's engine sends the one it profiles, and a stock vLLM verifies whole chains.
     cost_table: str | None = None
@@ -124,9 +124,15 @@ class HseditProposer(_Probing):
             drafters=drafters, max_draft=self.num_speculative_tokens, min_match=options.min_match
         )
         if DSPARK in drafters:
-            planner_options["model_drafter"] = ModelDrafter(load_drafter(Path(resolve_drafter(options.dspark, None))))
+            drafter_dir = resolve_drafter(options.dspark, None)
+            model = load_drafter(Path(drafter_dir))
+            if not drafter_target(drafter_dir, str(vllm_config.model_config.model)).matches:
+                # Trained for another target: the survival it measured there says nothing here,
+                # so the planner learns this target's from the chains it verifies.
+                model.config = replace(model.config, expected_survival=())
+            planner_options["model_drafter"] = ModelDrafter(model)
         if options.drafter == HYBRID:
-            planner_options["copy_model"] = CopyAcceptanceModel.load(resolve_copy_model(options.copy_model, None))
+            planner_options["copy_acceptance"] = CopyAcceptanceModel.load(resolve_copy_acceptance(options.copy_acceptance, None))
             planner_options["selector"] = HybridSelector(int(vllm_config.scheduler_config.max_num_batched_tokens))
         self.planner = DraftPlanner(**planner_options)
         if options.cost_table:
@@ -184,7 +190,7 @@ class HseditProposer(_Probing):
             self._runner.capture_aux_hidden_states(tuple(i + 1 for i in drafter.config.target_layer_ids))
         if self.planner.selector is not None:
             self.planner.selector.device = embed.device
-        self.planner.prepare(max_requests=DRAFT_TIMING_REQUESTS)
+        self.planner.time_model_drafter(max_requests=DRAFT_TIMING_REQUESTS)
 
     def propose(
         self,
@@ -237,7 +243,7 @@ class HseditProposer(_Probing):
                 continue
             prediction = RunnerAdapter.extra_args(state).get(PREDICTION_ARG)
             if prediction:
-                planner.seed(req_id, [int(t) for t in prediction])
+                planner.seed_prediction(req_id, [int(t) for t in prediction])
 
 
 class HseditWorkerExtension:

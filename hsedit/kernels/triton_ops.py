@@ -4,8 +4,6 @@
 - `admit_kernel`: the global top-K allocation of verification slots (`hsedit.drafting.hybrid.allocate`):
   a slot is admitted iff fewer than `budget` slots come before it in the order (higher score,
   then earlier position, then earlier request), so no sort is needed.
-- `suffix_match_kernel`: a batched copy-match, the length of the match between each earlier
-  position's history and the request's own suffix (`suffix_match_lengths_torch`).
 
 Tested on CPU under TRITON_INTERPRET=1 (tests/test_kernels.py); `hsedit.drafting.hybrid` calls the
 wrappers when its tensors live on a GPU.
@@ -80,31 +78,6 @@ def admit_kernel(
     tl.store(admitted_ptr + mine, admitted.to(tl.int32), mask=mine < N)
 
 
-@triton.jit
-def suffix_match_kernel(
-    tokens_ptr,  # [R, T] int32, padded
-    lengths_ptr,  # [R] int32 tokens per request
-    out_ptr,  # [R, T] int32 out: match length ending at each earlier position (0 at and after the end)
-    T,
-    MAX_MATCH: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    r = tl.program_id(0)
-    q = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    n = tl.load(lengths_ptr + r)
-    end = n - 1
-    row = tokens_ptr + r * T
-    alive = q < end
-    length = tl.zeros([BLOCK], dtype=tl.int32)
-    for j in tl.static_range(MAX_MATCH):
-        ok = alive & (q - j >= 0)
-        a = tl.load(row + q - j, mask=ok, other=-1)
-        b = tl.load(row + end - j, mask=end - j >= 0, other=-2)  # the suffix token: one scalar
-        alive = ok & (a == b)
-        length += alive.to(tl.int32)
-    tl.store(out_ptr + r * T + q, length, mask=q < T)
-
-
 # -- wrappers -------------------------------------------------------------------------------------
 def choose_triton(survival: torch.Tensor, lam: float, prefer: torch.Tensor | None = None):
     R, C, L = survival.shape
@@ -131,41 +104,3 @@ def allocate_triton(scores: torch.Tensor, budget: int) -> torch.Tensor:
     block = 64
     admit_kernel[(triton.cdiv(flat.numel(), block),)](flat, admitted, int(budget), flat.numel(), BLOCK=block)
     return admitted.view(L, R).sum(dim=0).long()
-
-
-def suffix_match_triton(tokens: torch.Tensor, lengths: torch.Tensor, max_match: int = 64) -> torch.Tensor:
-    R, T = tokens.shape
-    out = torch.empty(R, T, dtype=torch.int32, device=tokens.device)
-    block = 64
-    suffix_match_kernel[(R, triton.cdiv(T, block))](
-        tokens.to(torch.int32).contiguous(), lengths.to(torch.int32).contiguous(), out, T,
-        MAX_MATCH=max_match, BLOCK=block,
-    )
-    return out
-
-
-def suffix_match_lengths_torch(tokens: torch.Tensor, lengths: torch.Tensor, max_match: int = 64) -> torch.Tensor:
-    """Reference: out[r, q] = how many tokens ending at q equal those ending at the request's
-    last token (q < last), capped at max_match; 0 elsewhere."""
-    out = torch.zeros(tokens.shape, dtype=torch.int32)
-    for r in range(tokens.shape[0]):
-        seq = tokens[r, : int(lengths[r])].tolist()
-        end = len(seq) - 1
-        for q in range(max(end, 0)):
-            n = 0
-            while n < max_match and q - n >= 0 and seq[q - n] == seq[end - n]:
-                n += 1
-            out[r, q] = n
-    return out
-
-
-def longest_match(match_lengths: torch.Tensor, min_match: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per request, (source end, match length) of the longest match, the latest on ties; -1 / 0
-    where no match reaches min_match. The same rule as the CPU copy index."""
-    T = match_lengths.shape[1]
-    positions = torch.arange(T, device=match_lengths.device)
-    key = match_lengths.long() * T + positions  # longest first, then the most recent
-    key = torch.where(match_lengths >= min_match, key, torch.full_like(key, -1))
-    best = key.max(dim=1).values
-    found = best >= 0
-    return torch.where(found, best % T, -1), torch.where(found, best // T, 0)

@@ -25,7 +25,7 @@ from hsedit.apply import EditJob, edit_request, finish_edit
 from hsedit.edit.files import SourceFile
 from hsedit.edit.guard import DEFAULT_MAX_DELETION
 from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
-from hsedit.errors import ContextTooLongError, HseditError, UsageError
+from hsedit.errors import HseditError, UsageError
 from hsedit.server import openai_api, wire
 from hsedit.server.openai_api import BadRequest, UnknownModel
 from hsedit.server.worker import Aborted, Admitted, EngineWorker, QueueFull, ShuttingDown
@@ -75,12 +75,16 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict:
+        target = engine.drafter_target
         return {"status": "ok", "model": settings.served_model, "drafter": settings.drafter,
-                "waiting": worker.waiting, "running": worker.running}
+                "waiting": worker.waiting, "running": worker.running,
+                "dspark_target": target.as_dict() if target else None}
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:
-        text = metrics.render(waiting=worker.waiting, running=worker.running)
+        target = engine.drafter_target
+        text = metrics.render(waiting=worker.waiting, running=worker.running,
+                              dspark_target_matches=None if target is None else target.matches)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models")
@@ -106,17 +110,14 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
             raise HttpError(404, str(error), "not_found_error") from None
         asked_tokens = "max_tokens" in body or "max_completion_tokens" in body
 
-        def prepare(engine) -> GenerationRequest:
+        def build_request(engine) -> GenerationRequest:
             ids = engine.tokenizer.encode(chat.prompt(engine.tokenizer))
-            room = engine.max_model_len - len(ids)
-            if room < 1 or (asked_tokens and chat.generation.max_tokens > room):
-                raise ContextTooLongError(
-                    f"the prompt takes {len(ids)} tokens and max_tokens {chat.generation.max_tokens} more; "
-                    f"the model takes {engine.max_model_len}"
-                )
+            # max_tokens the client asked for must fit; the default only caps the answer
+            needed = chat.generation.max_tokens if asked_tokens else 1
+            room = engine.answer_room(ids, needed, "the request does not fit the model's context")
             return replace(chat.generation, prompt=ids, max_tokens=min(chat.generation.max_tokens, room))
 
-        feed = await _start(worker, prepare, request)
+        feed = await _start(worker, build_request, request)
         cid = openai_api.completion_id(chat.kind)
         if chat.stream:
             return StreamingResponse(_chat_chunks(feed, cid, settings.served_model, chat), media_type="text/event-stream")
@@ -136,12 +137,12 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
             SourceFile.from_raw(fields["path"], fields["code"]), fields["path"], fields["instruction"], fields["update"]
         )
 
-        def prepare(engine) -> GenerationRequest:
+        def build_request(engine) -> GenerationRequest:
             return edit_request(
                 engine, job, max_tokens=fields["max_tokens"], temperature=fields["temperature"], seed=fields["seed"]
             )
 
-        feed = await _start(worker, prepare, request)
+        feed = await _start(worker, build_request, request)
         plain_step = engine.cost_table.step_time(1) if engine.cost_table else None
         return StreamingResponse(
             _apply_lines(feed, job, fields["max_deletion"], plain_step), media_type="application/x-ndjson"
@@ -199,11 +200,11 @@ class EventFeed:
                 self.worker.cancel(self.ticket)
 
 
-async def _start(worker: EngineWorker, prepare, request: Request) -> EventFeed:
+async def _start(worker: EngineWorker, build_request, request: Request) -> EventFeed:
     """Submit and wait until the engine took it: a request that cannot run is an HTTP error."""
     feed = EventFeed(asyncio.get_running_loop())
     try:
-        feed.ticket = worker.submit(prepare, feed.put)
+        feed.ticket = worker.submit(build_request, feed.put)
     except QueueFull as error:
         raise HttpError(429, str(error), "rate_limit_error") from None
     except ShuttingDown as error:

@@ -14,12 +14,53 @@ import socket
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 
+import os
+
+from hsedit.config import API_KEY_VARIABLE, ProjectConfig
 from hsedit.engine.engine import Engine, EngineOptions
 from hsedit.errors import UsageError
 from hsedit.server.app import ServerSettings, create_app
 from hsedit.server.worker import EngineWorker
 
 GRACEFUL_SHUTDOWN_S = 30
+
+
+EXECUTOR_BACKENDS = ("mp", "ray")
+
+
+def server_settings(
+    config: ProjectConfig,
+    *,
+    host: str,
+    model: str | None = None,
+    drafter: str | None = None,
+    api_key: str | None = None,
+    max_queue: int = 64,
+    max_tokens: int | None = None,
+    max_body_bytes: int = 4 << 20,
+    multiprocessing: bool = False,
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    distributed_executor_backend: str | None = None,
+    compile: bool = False,
+    dspark: str | None = None,
+) -> tuple[EngineOptions, ServerSettings]:
+    """`hsedit serve`'s flags (each resolved flag, environment, `config`, default) -> the engine's
+    options and the server's settings, checked before the engine's slow start, not after it."""
+    api_key = api_key or os.environ.get(API_KEY_VARIABLE) or None
+    check_exposure(host, api_key)
+    if distributed_executor_backend not in (None, *EXECUTOR_BACKENDS):
+        raise UsageError(f"--distributed-executor-backend is mp or ray, not {distributed_executor_backend!r}")
+    options = EngineOptions(
+        model=config.resolve("model", model, None), drafter=config.drafter_or_default(drafter), compile=compile,
+        dspark=dspark, tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+        distributed_executor_backend=distributed_executor_backend, multiprocessing=multiprocessing,
+    )
+    settings = ServerSettings(
+        served_model=options.model or "embedded", drafter=options.drafter, api_key=api_key, max_queue=max_queue,
+        max_body_bytes=max_body_bytes, max_tokens=max_tokens,
+    )
+    return options, settings
 
 
 def check_exposure(host: str, api_key: str | None) -> None:

@@ -37,7 +37,7 @@ class Metrics:
                 self.prompt_tokens += event.stats.prompt_tokens
                 self.finished[event.stats.finish_reason or "unknown"] += 1
 
-    def render(self, *, waiting: int, running: int) -> str:
+    def render(self, *, waiting: int, running: int, dspark_target_matches: bool | None = None) -> str:
         lines: list[str] = []
 
         def metric(name: str, kind: str, help_text: str, samples: Iterable[tuple[str, float]]) -> None:
@@ -63,6 +63,9 @@ class Metrics:
         metric("engine_step_seconds_total", "counter", "Time spent in engine steps.", [("", self.step_seconds)])
         metric("requests_waiting", "gauge", "Requests accepted, not yet in the engine.", [("", waiting)])
         metric("requests_running", "gauge", "Requests in the engine.", [("", running)])
+        if dspark_target_matches is not None:
+            metric("dspark_target_matches", "gauge", "1 if the DSpark drafter was trained for the served target.",
+                   [("", int(dspark_target_matches))])
         return "\n".join(lines) + "\n"
 
 

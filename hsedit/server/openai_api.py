@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from hsedit.drafting.chain import NGRAM
+from hsedit.drafting.chain import COPY
 from hsedit.engine.requests import GenerationRequest
 from hsedit.engine.stats import RequestStats
 
@@ -162,8 +162,8 @@ def completion_id(kind: str = CHAT) -> str:
 
 
 def usage(stats: RequestStats, has_prediction: bool) -> dict:
-    accepted = stats.accepted[NGRAM] if has_prediction else 0
-    rejected = stats.drafted[NGRAM] - accepted if has_prediction else 0
+    accepted = stats.accepted[COPY] if has_prediction else 0
+    rejected = stats.drafted[COPY] - accepted if has_prediction else 0
     return {
         "prompt_tokens": stats.prompt_tokens,
         "completion_tokens": stats.completion_tokens,

@@ -95,7 +95,7 @@ class StreamReader:
     """Rebuilds one request's StepEvents and Generation from its messages, on the client's clock
     (tok/s and time to first token are what the user waited, network included)."""
 
-    index: int
+    key: int
     request_id: str = ""
     request: GenerationRequest | None = None  # what the server ran (its max_tokens)
     generation: Generation = field(default_factory=Generation)
@@ -133,7 +133,7 @@ class StreamReader:
                 self.finished = True
             pieces = [(str(text), str(source)) for text, source in message["pieces"]]
             return StepEvent(
-                self.index, self.request_id, list(record.emitted), sources, pieces, message["text"],
+                self.key, self.request_id, list(record.emitted), sources, pieces, message["text"],
                 self.finished, record, stats,
             )
         if kind == ERROR and not self.finished:

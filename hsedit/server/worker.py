@@ -5,7 +5,7 @@ vLLM's engine is driven by one caller; the HTTP server has many. `EngineWorker` 
 step, hand every request its event. A request submitted while others run joins them at the
 next step (continuous batching), so the hybrid drafter's allocation works on real concurrency.
 
-A request is submitted as a `prepare` function, run on the engine thread just before the
+A request is submitted as a `build_request` function, run on the engine thread just before the
 request is added: all tokenizing happens on that one thread (the tokenizer is not shared
 across threads), and a request that cannot run (a prompt too long for the context) fails there
 alone. The listener then receives `Admitted`, each StepEvent in order, and an exception if the
@@ -32,11 +32,11 @@ class Admitted:
     """The request is in the engine (first item a listener receives)."""
 
     request_id: str
-    request: GenerationRequest  # as `prepare` made it: its prompt is token ids
+    request: GenerationRequest  # as `build_request` made it: its prompt is token ids
 
 
 Listener = Callable[[Admitted | StepEvent | BaseException], None]
-Prepare = Callable[[Any], GenerationRequest]  # the engine -> the request to run
+BuildRequest = Callable[[Any], GenerationRequest]  # the engine -> the request to run
 
 
 class QueueFull(Exception):
@@ -54,7 +54,7 @@ class Aborted(Exception):
 @dataclass
 class Ticket:
     id: int
-    prepare: Prepare
+    build_request: BuildRequest
     listener: Listener
     request_id: str | None = None  # the engine's, once admitted
 
@@ -77,13 +77,13 @@ class EngineWorker:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, prepare: Prepare, listener: Listener) -> Ticket:
+    def submit(self, build_request: BuildRequest, listener: Listener) -> Ticket:
         with self._wake:
             if self._stopping:
                 raise ShuttingDown("the server is shutting down")
             if self._held >= self.max_queue:
                 raise QueueFull(f"the server already holds {self._held} requests (--max-queue {self.max_queue})")
-            ticket = Ticket(next(self._ids), prepare, listener)
+            ticket = Ticket(next(self._ids), build_request, listener)
             self._submitted.append(ticket)
             self._held += 1
             self._wake.notify()
@@ -135,7 +135,7 @@ class EngineWorker:
 
     def _admit(self, ticket: Ticket) -> None:
         try:
-            request = ticket.prepare(self.engine)
+            request = ticket.build_request(self.engine)
             ticket.request_id = self.engine.add(request, key=ticket.id)
         except Exception as error:  # a request that cannot run fails alone
             self._finish(ticket, error)
@@ -165,7 +165,7 @@ class EngineWorker:
             return
         self.metrics.record_step(time.perf_counter() - started, events)
         for event in events:
-            ticket = self._running.get(event.index)
+            ticket = self._running.get(event.key)
             if ticket is None:
                 continue
             ticket.listener(event)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hsedit.drafting.calibration import auc, ece, log_loss
-from hsedit.drafting.chain import NGRAM
+from hsedit.drafting.chain import COPY
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel, VerifiedChain, fit_model, labelled_positions
 from hsedit.engine.engine import Engine, GenerationRequest
 
@@ -37,7 +37,7 @@ def verified_copy_chains(engine: Engine, prompts: Sequence[str | list[int]], bat
             out.append([
                 VerifiedChain(step.copy_features, step.drafted, step.matched)
                 for step in result.stats.steps
-                if step.source == NGRAM and step.copy_features is not None and step.drafted
+                if step.source == COPY and step.copy_features is not None and step.drafted
             ])
     return out
 
@@ -89,6 +89,17 @@ def calibrate(
         "chains": {"fit": len(fit_chains), "heldout_general": len(held_chains), "edits": len(edit_chains)},
     }
     return model, report
+
+
+def save_fitted(model: CopyAcceptanceModel, target_model: str | None, out: Path | None = None) -> Path:
+    """Save fitted coefficients where the hybrid drafter of `target_model` reads them (hsedit's
+    cache), or to `out`."""
+    from hsedit.engine.provision import copy_acceptance_path
+
+    target = out or copy_acceptance_path(target_model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    model.save(target)
+    return target
 
 
 def read_general_prompts(paths: Sequence[Path], limit: int | None, seed: int = 0) -> list[str]:

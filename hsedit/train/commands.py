@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from hsedit.drafting.chain import COPY
 from hsedit.errors import UsageError
 
 
@@ -63,11 +64,9 @@ def finetune_train(
     from hsedit.engine.provision import resolve_model
     from hsedit.train.finetune.train import TrainConfig, train
 
-    if init_adapter and not (init_adapter / "adapter_config.json").is_file():
-        raise UsageError(f"not a LoRA adapter directory (no adapter_config.json): {init_adapter}")
     base_dir = resolve_model(base)
     config = TrainConfig(
-        data=str(data), base_model=base_dir, output=str(out), rank=rank, alpha=2 * rank,
+        data=str(data), base_model=base_dir, output=str(out), rank=rank,
         learning_rate=learning_rate, epochs=epochs, time_budget_s=minutes * 60 if minutes else None,
         max_tokens=max_tokens, init_adapter=str(init_adapter) if init_adapter else None, bf16=bf16,
         checkpoint=str(checkpoint) if checkpoint else None, budget_tokens=budget_tokens,
@@ -91,18 +90,8 @@ def finetune_eval(
 
     if data and whole_files:
         raise UsageError("--data and --whole-files choose the same thing: give one")
-    examples = load(data or (HELDOUT_FILES if whole_files else HELDOUT), split=None if data else "eval")
-    if limit:
-        from collections import Counter
-
-        per_kind: Counter[str] = Counter()
-        kept = []
-        for example in examples:
-            if per_kind[example.kind] < limit:
-                per_kind[example.kind] += 1
-                kept.append(example)
-        examples = kept
-    engine = shared_engine(EngineOptions(model=model, drafter="ngram"))
+    examples = load(data or (HELDOUT_FILES if whole_files else HELDOUT), split=None if data else "eval", per_kind=limit)
+    engine = shared_engine(EngineOptions(model=model, drafter=COPY))
     reports = evaluate(engine, examples)
     rows = [r.as_dict() for r in reports] + [overall(reports)]
     if as_json:
@@ -122,24 +111,18 @@ def calibrate(
 ) -> None:
     """Fit the copy drafter's acceptance model for a target on its own general-text outputs."""
     from hsedit.engine.engine import EngineOptions, shared_engine
-    from hsedit.engine.provision import copy_model_path
     from hsedit.train.calibrate import calibrate as fit
-    from hsedit.train.calibrate import edit_prompts_from_heldout, read_general_prompts, shared_prompt_files
+    from hsedit.train.calibrate import edit_prompts_from_heldout, read_general_prompts, save_fitted, shared_prompt_files
 
     err = Console(stderr=True)
     files = list(prompts or shared_prompt_files())
     if not files:
         raise UsageError("no prompt files: pass --prompts FILE (JSON lines of general text)")
-    missing = [str(f) for f in files if not Path(f).is_file()]
-    if missing:
-        raise UsageError(f"no such prompt file: {missing[0]}")
     general = read_general_prompts(files, limit)
-    engine = shared_engine(EngineOptions(model=model, drafter="ngram"))
+    engine = shared_engine(EngineOptions(model=model, drafter=COPY))
     edit_prompts = edit_prompts_from_heldout(engine, edits) if edits else []
     fitted, report = fit(engine, general, edit_prompts, model or "embedded", log=lambda m: err.print(m, style="dim"))
-    target = out or copy_model_path(model)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fitted.save(target)
+    target = save_fitted(fitted, model, out)
     typer.echo(json.dumps({"saved": str(target), **report}, indent=2))
 
 
@@ -158,6 +141,8 @@ def drafter_train(
     markov_rank: Annotated[int, typer.Option(min=0)] = 32,
     learning_rate: Annotated[float, typer.Option()] = 1e-3,
     data_cache: Annotated[Optional[Path], typer.Option(help="Keep prepared sequences here and reuse them.")] = None,
+    checkpoint: Annotated[Optional[Path], typer.Option(help="Resume from and save to this directory (weights, optimizer, data position, RNG): runs accumulate; SIGTERM saves.")] = None,
+    budget_updates: Annotated[Optional[int], typer.Option(help="With --checkpoint: decay the learning rate over this many updates, counted over every run.", min=1)] = None,
 ) -> None:
     """Generate target data, train backbone + Markov + confidence heads, fit STS, save."""
     from hsedit.train.drafter.train import DrafterTrainConfig, run
@@ -166,6 +151,7 @@ def drafter_train(
         target=target, output=str(out), corpus=[str(c) for c in corpus or []], max_prompts=max_prompts,
         edit_examples=edit_examples, minutes=minutes, draft_layers=draft_layers, markov_rank=markov_rank,
         learning_rate=learning_rate, data_cache=str(data_cache) if data_cache else None,
+        checkpoint=str(checkpoint) if checkpoint else None, budget_updates=budget_updates,
     )
     path, report = run(config, log=typer.echo)
     summary = {k: v for k, v in report.items() if k not in ("history", "config")}
@@ -187,9 +173,6 @@ def drafter_eval(
     from hsedit.train.finetune.dataset import heldout_sample
 
     err = Console(stderr=True)
-    missing = [str(p) for p in prompts if not p.is_file()]
-    if missing:
-        raise UsageError(f"no such prompt file: {missing[0]}")
     report = evaluate(resolve_drafter(drafter, target), target, read_prompts(prompts, limit), heldout_sample(edits),
                       log=lambda m: err.print(m, style="dim"))
     typer.echo(json.dumps(report, indent=2))

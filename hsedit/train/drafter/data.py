@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from hsedit.drafting.dspark import DSparkConfig
+from hsedit.errors import UsageError
 
 MAX_PROMPT_TOKENS = 768
 MAX_ANSWER_TOKENS = 256
@@ -36,6 +37,9 @@ class Sequence_:
 
 def read_prompts(paths: Sequence[str | Path], limit: int | None = None, seed: int = 0) -> list[str]:
     """First turns of JSON-lines prompt files ({"turns": [...]} or {"prompt": ...})."""
+    missing = [str(p) for p in paths if not Path(p).is_file()]
+    if missing:
+        raise UsageError(f"no such prompt file: {missing[0]}")
     prompts = []
     for path in paths:
         for line in Path(path).read_text(encoding="utf-8").splitlines():

@@ -7,12 +7,14 @@ The embeddings and LM head are the target's, frozen and not stored.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,8 @@ import torch.nn.functional as F
 
 from hsedit.drafting.calibration import auc, ece, fit_sts, log_loss, survival_from_logits
 from hsedit.drafting.dspark import DSparkConfig, DSparkDrafter, draft_position_weights, save_drafter
+from hsedit.errors import UsageError
+from hsedit.train.checkpoint import StopRequest, replace_directory, shuffled_pass
 from hsedit.train.drafter.data import Sequence_
 
 # DeepSpec's weights. A short run may raise the cross-entropy share (`ce_weight`): while the
@@ -45,6 +49,16 @@ class DrafterTrainConfig:
     heldout_fraction: float = 0.1
     seed: int = 0
     data_cache: str | None = None  # where prepared sequences are kept between runs
+    # Resume from, and save to, this directory (weights, optimizer, data position, RNG): each run
+    # continues the last instead of starting over, and a SIGTERM saves before it stops.
+    checkpoint: str | None = None
+    checkpoint_every_s: float = 600.0
+    # With a checkpoint: the learning rate decays linearly to 5% over this many updates, counted
+    # over every run (without: over this run's time budget).
+    budget_updates: int | None = None
+
+
+CHECKPOINT_STATE = "state.pt"
 
 
 # -- loss -----------------------------------------------------------------------------------
@@ -119,6 +133,79 @@ def greedy_blocks(model: DSparkDrafter, sequences: Sequence[Sequence_], anchors_
     return np.concatenate(all_logits), np.concatenate(all_accepted), np.concatenate(all_valid)
 
 
+def acceptance_summary(accepted: np.ndarray, valid: np.ndarray) -> dict:
+    """accept@1 (the first draft token is the target's choice) and draft tokens accepted per block."""
+    rows = valid.astype(bool)
+    survived = np.cumprod(accepted, axis=1).astype(bool) & rows
+    first = rows[:, 0]
+    return {"accept@1": round(float(accepted[first, 0].mean()) if first.any() else 0.0, 4),
+            "accepted_per_block": round(float(survived.sum(1).mean()) if len(rows) else 0.0, 4)}
+
+
+def bigram_blocks(
+    train: Sequence[Sequence_],
+    heldout: Sequence[Sequence_],
+    block_size: int,
+    target_choice: Callable[[Sequence_, torch.Tensor], torch.Tensor],
+    anchors_per_seq: int = 64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The baseline a drafter that ignores the target's features must beat: from each anchor,
+    the next token most often seen after the last one in the training answers, chained.
+    Scored at `greedy_blocks`' anchors against the target's choices there; (accepted, valid)."""
+    following: dict[int, Counter] = {}
+    for seq in train:
+        ids, mask = seq.input_ids.tolist(), seq.loss_mask.tolist()
+        for t in range(len(ids) - 1):
+            if mask[t + 1]:
+                following.setdefault(ids[t], Counter())[ids[t + 1]] += 1
+    best = {token: counts.most_common(1)[0][0] for token, counts in following.items()}
+    accepted, valid = [], []
+    generator = torch.Generator().manual_seed(1)  # greedy_blocks' anchors
+    for seq in heldout:
+        anchors = sample_anchors(seq, anchors_per_seq, generator)
+        if not len(anchors):
+            continue
+        choices = target_choice(seq, anchors)  # [blocks, L]
+        chains = []
+        for anchor in seq.input_ids[anchors].tolist():
+            chain, token = [], anchor
+            for _ in range(block_size):
+                token = best.get(token, -1)
+                chain.append(token)
+            chains.append(chain)
+        accepted.append((torch.tensor(chains) == choices).numpy())
+        valid.append(block_mask(seq, anchors, block_size).numpy())
+    return np.concatenate(accepted), np.concatenate(valid)
+
+
+@torch.inference_mode()
+def feature_ablation(model: DSparkDrafter, train: Sequence[Sequence_], heldout: Sequence[Sequence_]) -> dict:
+    """What limits the drafter, measured: held-out accept@1 and accepted tokens per block with the
+    target's real features, with them zeroed, shifted one position late, and taken from another
+    held-out sequence; and the bigram baseline. If the context barely matters, the drafter is
+    not using it."""
+    def other(i: int, seq: Sequence_) -> torch.Tensor:
+        donor = heldout[(i + 1) % len(heldout)].features
+        rows = torch.zeros_like(seq.features)
+        rows[: min(len(donor), len(rows))] = donor[: len(rows)]
+        return rows
+
+    variants = {
+        "real": lambda i, seq: seq.features,
+        "zeroed": lambda i, seq: torch.zeros_like(seq.features),
+        "shifted": lambda i, seq: torch.cat([torch.zeros_like(seq.features[:1]), seq.features[:-1]]),
+        "other_sequence": other,
+    }
+    report = {}
+    for name, features in variants.items():
+        changed = [replace(seq, features=features(i, seq)) for i, seq in enumerate(heldout)]
+        _, accepted, valid = greedy_blocks(model, changed)
+        report[name] = acceptance_summary(accepted, valid)
+    choice = lambda seq, anchors: target_logits(model, seq, anchors).argmax(-1)  # noqa: E731
+    report["bigram"] = acceptance_summary(*bigram_blocks(train, heldout, model.config.block_size, choice))
+    return report
+
+
 def calibration_report(logits, accepted, valid, temperatures) -> dict:
     """Per-position acceptance, mean accepted per block, ECE/AUC/log-loss of cumulative survival."""
     survived = np.cumprod(accepted, axis=1).astype(bool)
@@ -156,23 +243,53 @@ def train_drafter(
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
     budget = config.minutes * 60.0
     started = time.monotonic()
-    order = list(range(len(train)))
     rng = random.Random(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
-    step, warmup, history = 0, 30, []
-    running: dict[str, float] = {}
-    while time.monotonic() - started < budget and (config.max_steps is None or step < config.max_steps):
-        rng.shuffle(order)
-        for index in order:
+    data_id = sequences_id(train)
+    state = load_checkpoint(config.checkpoint, data_id)
+    if state is None:
+        order, position, step, blocks, history, running = shuffled_pass(rng, len(train)), 0, 0, 0, [], {}
+    else:
+        model.load_state_dict(state["model"], strict=False)  # the shared embeddings are the target's
+        optimizer.load_state_dict(state["optimizer"])
+        order, position, step, blocks = state["order"], state["position"], state["step"], state["blocks"]
+        history, running = state["history"], state["running"]
+        rng.setstate(state["rng"])
+        generator.set_state(state["generator"])
+        log(f"resumed {config.checkpoint}: update {step}, {blocks} blocks seen in all")
+    warmup, steps_before = 30, step
+    stop = StopRequest(enabled=bool(config.checkpoint))
+    last_saved = time.monotonic()
+
+    def save() -> None:
+        save_checkpoint(config.checkpoint, {
+            "model": model.own_state_dict(), "optimizer": optimizer.state_dict(), "order": order,
+            "position": position, "step": step, "blocks": blocks, "history": history, "running": running,
+            "rng": rng.getstate(), "generator": generator.get_state(), "data": data_id,
+        })
+
+    try:
+        while True:
             elapsed = time.monotonic() - started
-            if elapsed >= budget or (config.max_steps is not None and step >= config.max_steps):
+            if elapsed >= budget or (config.max_steps is not None and step - steps_before >= config.max_steps):
                 break
-            seq = train[index]
+            if stop.signal:
+                log(f"{stop.signal} received: saving the checkpoint at update {step}")
+                break
+            if position >= len(order):  # the next pass over the data
+                order, position = shuffled_pass(rng, len(train)), 0
+            seq = train[order[position]]
+            position += 1
             anchors = sample_anchors(seq, config.anchors, generator)
             if not len(anchors):
                 continue
-            # Linear warm-up, then a linear decay over the time budget (the step count is unknown).
-            scale = min(1.0, (step + 1) / warmup) * max(0.05, 1.0 - elapsed / budget)
+            # Linear warm-up, then a linear decay: over the updates of every run when they
+            # accumulate in a checkpoint, else over this run's time budget.
+            if config.checkpoint and config.budget_updates:
+                progress = step / config.budget_updates
+            else:
+                progress = elapsed / budget
+            scale = min(1.0, (step + 1) / warmup) * max(0.05, 1.0 - progress)
             for group in optimizer.param_groups:
                 group["lr"] = config.learning_rate * scale
             loss, stats = dspark_loss(model, seq, anchors, config.ce_weight)
@@ -181,19 +298,32 @@ def train_drafter(
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             step += 1
+            blocks += len(anchors)
             for key, value in {"loss": float(loss), **stats}.items():
                 running[key] = 0.98 * running.get(key, value) + 0.02 * value
             if step % 50 == 0:
                 history.append({"step": step, "minutes": round(elapsed / 60, 2), **running})
                 log(f"step {step} ({elapsed / 60:.1f} min): " + ", ".join(f"{k} {v:.3f}" for k, v in running.items()))
+            if config.checkpoint and time.monotonic() - last_saved > config.checkpoint_every_s:
+                save()
+                last_saved = time.monotonic()
+    finally:
+        stop.restore()
+    if config.checkpoint:
+        save()
     model.eval()
     logits, accepted, valid = greedy_blocks(model, heldout)
     half = len(logits) // 2  # fit STS on one half of the held-out blocks, report on the other
     survived = np.cumprod(accepted, axis=1)
     temperatures = fit_sts(logits[:half], survived[:half], valid[:half])
     ones = np.ones(cfg.block_size)
+    ablation = feature_ablation(model, train, heldout)
+    log("held out, accept@1 / accepted per block: " + "; ".join(
+        f"{name} {r['accept@1']:.3f} / {r['accepted_per_block']:.2f}" for name, r in ablation.items()))
     report = {
-        "steps": step,
+        "ablation": ablation,
+        "steps": step,  # over every run of the checkpoint
+        "blocks_total": blocks,
         "minutes": round((time.monotonic() - started) / 60, 1),
         "train_sequences": len(train),
         "heldout_sequences": len(heldout),
@@ -213,6 +343,36 @@ def train_drafter(
     model.config = calibrated
     model.sts_temperatures = torch.tensor(temperatures, dtype=torch.float32)
     return model, report
+
+
+def sequences_id(sequences: Sequence[Sequence_]) -> str:
+    """What a checkpoint's data position means: a digest of the training sequences' tokens."""
+    digest = hashlib.sha256()
+    for seq in sequences:
+        digest.update(seq.input_ids.numpy().astype(np.int64).tobytes())
+        digest.update(seq.loss_mask.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def load_checkpoint(checkpoint: str | None, data_id: str) -> dict | None:
+    """The saved state of a checkpoint directory, or None for a new one; a checkpoint of other
+    data (its position would mean other sequences) is refused."""
+    if not checkpoint or not (Path(checkpoint) / CHECKPOINT_STATE).is_file():
+        return None
+    state = torch.load(Path(checkpoint) / CHECKPOINT_STATE, weights_only=False)
+    if state["data"] != data_id:
+        raise UsageError(f"{checkpoint} was trained on other sequences ({state['data']}, not {data_id}): resume it "
+                         "with the same target and data options, or give a new --checkpoint")
+    return state
+
+
+def save_checkpoint(checkpoint: str, state: dict) -> None:
+    def write(staging: Path) -> None:
+        torch.save(state, staging / CHECKPOINT_STATE)
+        (staging / "progress.json").write_text(json.dumps(
+            {"update": state["step"], "blocks_total": state["blocks"], "saved_at": time.time()}, indent=1))
+
+    replace_directory(checkpoint, write)
 
 
 def save_trained(model: DSparkDrafter, report: dict, output: str | Path) -> Path:
@@ -266,7 +426,7 @@ def prepare_sequences(config: DrafterTrainConfig, cfg: DSparkConfig, target_dir:
 
 
 def run(config: DrafterTrainConfig, log: Callable[[str], None] = print) -> tuple[Path, dict]:
-    from hsedit.engine.provision import resolve_model
+    from hsedit.engine.provision import resolve_model, target_identity
     from hsedit.train.drafter import data
 
     target_dir = resolve_model(config.target)
@@ -276,7 +436,7 @@ def run(config: DrafterTrainConfig, log: Callable[[str], None] = print) -> tuple
         num_hidden_layers=config.draft_layers,
         markov_rank=config.markov_rank,
         mask_token_id=_mask_token(target_dir),
-        target=config.target or "embedded",
+        target=target_identity(target_dir),
     )
     sequences = prepare_sequences(config, cfg, target_dir, log)
     train, heldout = split_heldout(sequences, config.heldout_fraction, config.seed)

@@ -276,7 +276,17 @@ def heldout_sample(count: int, seed: int = 0) -> list[Example]:
     return random.Random(seed).sample(heldout, min(count, len(heldout)))
 
 
-def load(path: str | Path, split: str | None = None) -> list[Example]:
+def load(path: str | Path, split: str | None = None, per_kind: int | None = None) -> list[Example]:
+    """The examples of a file (of one split), with `per_kind`: only the first so many of each kind."""
     with open(path, encoding="utf-8") as handle:
         rows = [Example(**json.loads(line)) for line in handle if line.strip()]
-    return [row for row in rows if split is None or row.split == split]
+    rows = [row for row in rows if split is None or row.split == split]
+    if per_kind is None:
+        return rows
+    seen: Counter[str] = Counter()
+    kept = []
+    for row in rows:
+        seen[row.kind] += 1
+        if seen[row.kind] <= per_kind:
+            kept.append(row)
+    return kept

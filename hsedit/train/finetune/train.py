@@ -15,11 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import random
-import shutil
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -27,6 +23,7 @@ from pathlib import Path
 
 from hsedit.edit.prompt import ApplyPrompt, completion_for
 from hsedit.errors import UsageError
+from hsedit.train.checkpoint import StopRequest, replace_directory, shuffled_pass
 from hsedit.train.finetune.dataset import Example, load
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -39,7 +36,7 @@ class TrainConfig:
     base_model: str  # an HF directory (the provisioned base)
     output: str  # adapter directory
     rank: int = 16
-    alpha: int = 32
+    alpha: int | None = None  # LoRA's scale numerator; None: 2 x rank (the usual choice)
     learning_rate: float = 4e-4
     epochs: float = 1.0
     accumulation: int = 4
@@ -81,6 +78,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if config.init_adapter and not (Path(config.init_adapter) / "adapter_config.json").is_file():
+        raise UsageError(f"not a LoRA adapter directory (no adapter_config.json): {config.init_adapter}")
     torch.manual_seed(config.seed)
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -97,7 +96,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
             model,
             LoraConfig(
                 r=config.rank,
-                lora_alpha=config.alpha,
+                lora_alpha=config.alpha if config.alpha is not None else 2 * config.rank,
                 lora_dropout=0.0,
                 target_modules=list(TARGET_MODULES),
                 task_type="CAUSAL_LM",
@@ -110,7 +109,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     rng = random.Random(config.seed)
     order = []
     for _ in range(math.ceil(config.epochs)):
-        order += _shuffled_pass(rng, len(encoded))
+        order += shuffled_pass(rng, len(encoded))
     order = order[: int(len(encoded) * config.epochs)]
     total_updates = max(1, len(order) // config.accumulation)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
@@ -125,7 +124,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         # Runs accumulate without end: a run that starts with less than one update's worth of
         # data left (none, or a group a stop cut short) goes on into another shuffled pass.
         if len(order) - position < config.accumulation:
-            order = order + _shuffled_pass(rng, len(encoded))
+            order = order + shuffled_pass(rng, len(encoded))
 
     started = time.time()
     last_saved = started
@@ -147,7 +146,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     tokens_seen, running = 0, []
     stopped_early = False
     i = position - 1
-    stop_requested = _StopRequest(enabled=bool(config.checkpoint))
+    stop_requested = StopRequest(enabled=bool(config.checkpoint))
 
     # Where the last optimizer update left the data: a stop between updates resumes from here
     # (the half-accumulated gradient is dropped, those examples are seen again next run).
@@ -217,35 +216,6 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     return summary
 
 
-def _shuffled_pass(rng: random.Random, count: int) -> list[int]:
-    """One pass over `count` examples in a random order."""
-    order = list(range(count))
-    rng.shuffle(order)
-    return order
-
-
-class _StopRequest:
-    """SIGTERM or Ctrl-C while training into a checkpoint: stop after the current example and
-    save where the last optimizer update left the data (a background run that is stopped keeps
-    what it learnt since its last save; a second signal stops at once, without saving)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.signal: str | None = None
-        self._previous: dict = {}
-        if enabled and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._previous[sig] = signal.signal(sig, self._note)
-
-    def _note(self, signum, frame) -> None:
-        if self.signal is not None:  # asked twice: stop now
-            raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
 def _file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
@@ -268,18 +238,11 @@ def _save_state(checkpoint: str, model, state: dict) -> None:
     """Write the checkpoint beside the old one, then swap: a crash leaves one whole checkpoint."""
     import torch
 
-    target = Path(checkpoint)
-    staging = target.with_name(target.name + ".saving")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    model.save_pretrained(staging / "adapter")
-    torch.save(state, staging / CHECKPOINT_STATE)
-    (staging / "progress.json").write_text(json.dumps(
-        {"tokens_total": state["tokens_total"], "position": state["position"], "examples": len(state["order"]),
-         "update": state["update"], "saved_at": time.time()}, indent=1))
-    old = target.with_name(target.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if target.exists():
-        os.replace(target, old)
-    os.replace(staging, target)
-    shutil.rmtree(old, ignore_errors=True)
+    def write(staging: Path) -> None:
+        model.save_pretrained(staging / "adapter")
+        torch.save(state, staging / CHECKPOINT_STATE)
+        (staging / "progress.json").write_text(json.dumps(
+            {"tokens_total": state["tokens_total"], "position": state["position"], "examples": len(state["order"]),
+             "update": state["update"], "saved_at": time.time()}, indent=1))
+
+    replace_directory(checkpoint, write)

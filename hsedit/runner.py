@@ -1,0 +1,44 @@
+"""Where edits run: on a running `hsedit serve` when the flag, HSEDIT_SERVER or `[tool.hsedit]`
+names one, else on an engine started in this process. Every command that edits (apply, batch,
+the hooks) chooses here, the same way."""
+
+from __future__ import annotations
+
+from hsedit.apply import EditRunner
+from hsedit.config import ProjectConfig
+from hsedit.drafting.chain import NO_DRAFTER
+from hsedit.errors import UsageError
+
+
+def open_runner(
+    config: ProjectConfig,
+    *,
+    server: str | None = None,
+    model: str | None = None,
+    drafter: str | None = None,
+    dspark: str | None = None,
+    no_spec: bool = False,
+    compile: bool = False,
+    seed: int | None = None,
+) -> EditRunner:
+    """The server's client, or an engine for these settings (each resolved flag, environment,
+    `config`, default). Engine settings given as flags together with a server are refused: the
+    server's own options decide, and silently ignoring a flag would mislead (one line, exit 2)."""
+    url = config.resolve("server", server, None)
+    if url:
+        from hsedit.client import ServerClient, ServerRunner
+
+        flags = {"--drafter": drafter, "--model": model, "--dspark": dspark, "--no-spec": no_spec, "--compile": compile}
+        given = [flag for flag, value in flags.items() if value not in (None, False)]
+        if given:
+            raise UsageError(f"{given[0]} is the server's to set (hsedit serve {given[0]} …); drop it or --server")
+        return ServerRunner(ServerClient(url))
+    from hsedit.apply import EmbeddedRunner
+    from hsedit.engine.engine import EngineOptions, shared_engine
+
+    options = EngineOptions(
+        model=config.resolve("model", model, None),
+        drafter=NO_DRAFTER if no_spec else config.drafter_or_default(drafter),
+        compile=compile, seed=seed or 0, dspark=dspark,
+    )
+    return EmbeddedRunner(shared_engine(options))
