@@ -227,7 +227,7 @@ def test_drafter_training_resumed_from_a_checkpoint_equals_one_run(tmp_path):
     for name in mine:
         assert torch.allclose(mine[name], theirs[name], atol=1e-6), name
     # a checkpoint of other sequences is refused, not silently continued
-    with pytest.raises(UsageError, match="other sequences"):
+    with pytest.raises(UsageError, match="other data"):
         train_drafter(tiny_config(), target, seqs[:3], seqs[:2],
                       DrafterTrainConfig(max_steps=1, checkpoint=str(tmp_path / "split")), log=lambda _: None)
 

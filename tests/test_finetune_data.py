@@ -352,3 +352,29 @@ def test_scores_count_answers_cut_off_by_max_tokens():
     report = KindReport("rename_variable", [done, cut])
     assert report.as_dict()["cut_off"] == 0.5
     assert overall([report, KindReport("no_change", [score(example, example.after)])])["cut_off"] == 0.333
+
+
+def test_a_keyword_argument_after_a_line_break_is_not_renamed():
+    source = "def f(value):\n    return g(\n        value=value,  # keep\n        other=1)\n"
+    assert edits.rename_tokens(source, "value", "amount") == (
+        "def f(amount):\n    return g(\n        value=amount,  # keep\n        other=1)\n"
+    )
+
+
+def test_edits_after_non_ascii_text_land_on_their_characters():
+    # ast counts columns in UTF-8 bytes; the constant after "é" must still be replaced whole.
+    changed = [edits.change_constant('GREETING = "héllo"; LIMIT = 5\n', random.Random(seed)) for seed in range(6)]
+    original = {"GREETING": "héllo", "LIMIT": 5}
+    for edit in changed:
+        values = {node.targets[0].id: node.value.value for node in ast.parse(edit.after).body}
+        assert values.keys() == original.keys()
+        assert sum(values[name] != original[name] for name in original) == 1, edit.after  # one constant, whole
+    stripped = edits.add_type_hints('def f(naïve: int, x: int = 5) -> int:\n    return x\n', random.Random(0))
+    assert stripped.before == "def f(naïve, x=5):\n    return x\n"
+
+
+def test_stripping_hints_leaves_strings_and_comments_alone():
+    source = 'def f(x: int = 5, *, y: str = "a = b",  # a = comment\n      z: float) -> int:\n    return x\n'
+    edit = edits.add_type_hints(source, random.Random(0))
+    assert edit.before == 'def f(x=5, *, y="a = b",  # a = comment\n      z):\n    return x\n'
+    assert edit.after == source

@@ -12,6 +12,25 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from hsedit.errors import UsageError
+
+STATE_FILE = "state.pt"  # a checkpoint's training state (torch.save), beside its weights
+
+
+def load_state(checkpoint: str | None, data_id: str, same_data: str) -> dict | None:
+    """The saved state of a checkpoint directory, or None for a new one. A checkpoint of other
+    data is refused (its place in the data would mean other examples); `same_data` says what
+    to resume it with."""
+    import torch
+
+    if not checkpoint or not (Path(checkpoint) / STATE_FILE).is_file():
+        return None
+    state = torch.load(Path(checkpoint) / STATE_FILE, weights_only=False)
+    if state["data"] != data_id:
+        raise UsageError(f"{checkpoint} was trained on other data ({state['data']}, not {data_id}): "
+                         f"resume it with {same_data}, or give a new --checkpoint")
+    return state
+
 
 def replace_directory(target: str | Path, write: Callable[[Path], None]) -> None:
     """`write(staging)` fills a directory beside `target`, which then takes its place."""

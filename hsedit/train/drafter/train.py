@@ -23,8 +23,7 @@ import torch.nn.functional as F
 
 from hsedit.drafting.calibration import auc, ece, fit_sts, log_loss, survival_from_logits
 from hsedit.drafting.dspark import DSparkConfig, DSparkDrafter, draft_position_weights, save_drafter
-from hsedit.errors import UsageError
-from hsedit.train.checkpoint import StopRequest, replace_directory, shuffled_pass
+from hsedit.train.checkpoint import STATE_FILE, StopRequest, load_state, replace_directory, shuffled_pass
 from hsedit.train.drafter.data import Sequence_
 
 # DeepSpec's weights. A short run may raise the cross-entropy share (`ce_weight`): while the
@@ -57,8 +56,6 @@ class DrafterTrainConfig:
     # over every run (without: over this run's time budget).
     budget_updates: int | None = None
 
-
-CHECKPOINT_STATE = "state.pt"
 
 
 # -- loss -----------------------------------------------------------------------------------
@@ -246,7 +243,7 @@ def train_drafter(
     rng = random.Random(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     data_id = sequences_id(train)
-    state = load_checkpoint(config.checkpoint, data_id)
+    state = load_state(config.checkpoint, data_id, "the same target and data options")
     if state is None:
         order, position, step, blocks, history, running = shuffled_pass(rng, len(train)), 0, 0, 0, [], {}
     else:
@@ -354,21 +351,9 @@ def sequences_id(sequences: Sequence[Sequence_]) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_checkpoint(checkpoint: str | None, data_id: str) -> dict | None:
-    """The saved state of a checkpoint directory, or None for a new one; a checkpoint of other
-    data (its position would mean other sequences) is refused."""
-    if not checkpoint or not (Path(checkpoint) / CHECKPOINT_STATE).is_file():
-        return None
-    state = torch.load(Path(checkpoint) / CHECKPOINT_STATE, weights_only=False)
-    if state["data"] != data_id:
-        raise UsageError(f"{checkpoint} was trained on other sequences ({state['data']}, not {data_id}): resume it "
-                         "with the same target and data options, or give a new --checkpoint")
-    return state
-
-
 def save_checkpoint(checkpoint: str, state: dict) -> None:
     def write(staging: Path) -> None:
-        torch.save(state, staging / CHECKPOINT_STATE)
+        torch.save(state, staging / STATE_FILE)
         (staging / "progress.json").write_text(json.dumps(
             {"update": state["step"], "blocks_total": state["blocks"], "saved_at": time.time()}, indent=1))
 

@@ -37,6 +37,21 @@ def _tokens(source: str) -> list[tokenize.TokenInfo]:
     return list(tokenize.generate_tokens(io.StringIO(source).readline))
 
 
+def _start(source: str, node: ast.AST) -> tuple[int, int]:
+    """Where `node` starts as (row, column in characters): ast counts columns in UTF-8 bytes,
+    which differ on any line with a non-ASCII character before the node."""
+    return node.lineno, _char_column(source, node.lineno, node.col_offset)
+
+
+def _end(source: str, node: ast.AST) -> tuple[int, int]:
+    return node.end_lineno, _char_column(source, node.end_lineno, node.end_col_offset)
+
+
+def _char_column(source: str, row: int, byte_column: int) -> int:
+    line = source.splitlines(keepends=True)[row - 1]
+    return len(line.encode("utf-8")[:byte_column].decode("utf-8", errors="ignore"))
+
+
 def _replace_spans(source: str, spans: list[tuple[tuple[int, int], tuple[int, int], str]]) -> str:
     """Replace (start(row, col), end(row, col)) spans, rows 1-based, cols in characters."""
     lines = source.splitlines(keepends=True)
@@ -72,6 +87,9 @@ def rename_tokens(source: str, old: str, new: str, rows: tuple[int, int] | None 
     tokens = _tokens(source)
     if old in _names_in_fstrings(tokens):
         return None
+    # Inside brackets a line break or a comment may sit between a name and its neighbours
+    # (`f(\n    old=1)`): they do not count as neighbours.
+    tokens = [tok for tok in tokens if tok.type not in (tokenize.NL, tokenize.COMMENT)]
     spans = []
     depth = 0
     for i, tok in enumerate(tokens):
@@ -270,7 +288,7 @@ def change_constant(source: str, rng: random.Random) -> Edit | None:
     original = ast.get_source_segment(source, node.value)
     if isinstance(value, str) and original.startswith('"'):
         literal = '"' + str(new_value) + '"'
-    span = ((node.value.lineno, node.value.col_offset), (node.value.end_lineno, node.value.end_col_offset), literal)
+    span = (_start(source, node.value), _end(source, node.value), literal)
     after = _replace_spans(source, [span])
     name = node.targets[0].id
     text = rng.choice(("change {name} to {v}", "set {name} to {v}", "Set the constant `{name}` to {v}.", "{name} should be {v}")).format(name=name, v=literal)
@@ -328,35 +346,33 @@ def add_type_hints(source: str, rng: random.Random) -> Edit | None:
     if not candidates:
         return None
     node, args = rng.choice(candidates)
+    # `x: int = 5` becomes `x=5` (PEP 8 spaces `=` only around an annotated default).
+    defaults = dict(zip(reversed(node.args.posonlyargs + node.args.args), reversed(node.args.defaults)))
+    defaults.update((a, d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None)
     spans = []
     for arg in args:
-        name_end = (arg.lineno, arg.col_offset + len(arg.arg))
-        spans.append((name_end, (arg.annotation.end_lineno, arg.annotation.end_col_offset), ""))
+        row, column = _start(source, arg)
+        name_end = (row, column + len(arg.arg))
+        if arg in defaults:
+            spans.append((name_end, _start(source, defaults[arg]), "="))
+        else:
+            spans.append((name_end, _end(source, arg.annotation), ""))
     # " -> Ret" sits between the closing parenthesis and the colon.
-    line = source.splitlines()[node.returns.lineno - 1]
-    arrow = line.rfind("->", 0, node.returns.col_offset)
+    row, returns_at = _start(source, node.returns)
+    line = source.splitlines(keepends=True)[row - 1]
+    arrow = line.rfind("->", 0, returns_at)
     if arrow < 0:
         return None
     start_col = len(line[:arrow].rstrip())
-    spans.append(((node.returns.lineno, start_col), (node.returns.end_lineno, node.returns.end_col_offset), ""))
+    spans.append(((row, start_col), _end(source, node.returns), ""))
     try:
         stripped = _replace_spans(source, spans)
     except ValueError:
         return None
-    stripped = _fix_default_spacing(stripped, node, source)
     if _parse(stripped) is None or stripped == source:
         return None
     text = rng.choice(("add type hints to {f}", "Annotate the parameters and return type of `{f}`.", "add type annotations to the function {f}", "{f} needs type hints"))
     return Edit("add_type_hints", text.format(f=node.name), stripped, source)
-
-
-def _fix_default_spacing(stripped: str, node: ast.AST, original: str) -> str:
-    """`x: int = 5` loses its annotation as `x = 5`; PEP 8 wants `x=5` without one."""
-    lines = stripped.splitlines(keepends=True)
-    first, last = node.lineno - 1, (node.body[0].lineno - 1 if node.body else node.lineno)
-    for i in range(first, min(last, len(lines))):
-        lines[i] = re.sub(r"(\w) = ", r"\1=", lines[i]) if "def " in lines[i] or i > first else lines[i]
-    return "".join(lines)
 
 
 FSTRING_INSTRUCTIONS = (
@@ -397,7 +413,7 @@ def percent_to_fstring(source: str, rng: random.Random) -> Edit | None:
                 parts.append("{" + expr + ("!r" if spec == "r" else f":{spec}" if spec.endswith("f") else "") + "}")
         quote = literal[0]
         replacement = "f" + quote + "".join(parts) + quote
-        spans.append(((node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset), replacement))
+        spans.append((_start(source, node), _end(source, node), replacement))
     if not spans:
         return None
     try:
@@ -467,7 +483,7 @@ def add_parameter(source: str, rng: random.Random) -> Edit | None:
         return None
     name, default = rng.choice(options)
     last = node.args.defaults[-1] if node.args.defaults else node.args.args[-1]
-    end = (last.end_lineno, last.end_col_offset)
+    end = _end(source, last)
     after = _replace_spans(source, [(end, end, f", {name}={default}")])
     if _parse(after) is None:
         return None

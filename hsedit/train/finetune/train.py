@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hsedit.edit.prompt import ApplyPrompt, completion_for
 from hsedit.errors import UsageError
-from hsedit.train.checkpoint import StopRequest, replace_directory, shuffled_pass
+from hsedit.train.checkpoint import STATE_FILE, StopRequest, load_state, replace_directory, shuffled_pass
 from hsedit.train.finetune.dataset import Example, load
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -60,7 +60,6 @@ class TrainConfig:
     stop_after_examples: int | None = None  # this run only (tests, and a run sized by examples)
 
 
-CHECKPOINT_STATE = "state.pt"
 FLOOR = 0.1  # share of the peak learning rate a budgeted schedule ends at
 
 
@@ -86,7 +85,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(config.base_model)
     model = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=torch.float32)
     data_id = _file_sha256(config.data) + f":{config.max_tokens}"
-    resumed = _load_state(config.checkpoint, data_id)
+    resumed = load_state(config.checkpoint, data_id, "the same --data and --max-tokens")
     if resumed is not None:
         model = PeftModel.from_pretrained(model, str(Path(config.checkpoint) / "adapter"), is_trainable=True)
     elif config.init_adapter:
@@ -220,27 +219,13 @@ def _file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def _load_state(checkpoint: str | None, data_id: str) -> dict | None:
-    """The saved state of a checkpoint directory, or None for a new one; a checkpoint of other
-    data (its example order would mean other examples) is refused."""
-    import torch
-
-    if not checkpoint or not (Path(checkpoint) / CHECKPOINT_STATE).is_file():
-        return None
-    state = torch.load(Path(checkpoint) / CHECKPOINT_STATE, weights_only=False)
-    if state["data"] != data_id:
-        raise UsageError(f"{checkpoint} was trained on other data ({state['data']}, not {data_id}): "
-                         "resume it with the same --data and --max-tokens, or give a new --checkpoint")
-    return state
-
-
 def _save_state(checkpoint: str, model, state: dict) -> None:
     """Write the checkpoint beside the old one, then swap: a crash leaves one whole checkpoint."""
     import torch
 
     def write(staging: Path) -> None:
         model.save_pretrained(staging / "adapter")
-        torch.save(state, staging / CHECKPOINT_STATE)
+        torch.save(state, staging / STATE_FILE)
         (staging / "progress.json").write_text(json.dumps(
             {"tokens_total": state["tokens_total"], "position": state["position"], "examples": len(state["order"]),
              "update": state["update"], "saved_at": time.time()}, indent=1))
