@@ -73,3 +73,11 @@ def test_a_drafter_knows_the_target_it_was_trained_for(tmp_path, monkeypatch):
     check = provision.drafter_target(str(drafter), str(other))
     assert not check.matches and cached.name in check.warning() and "hsedit drafter train" in check.warning()
     assert check.as_dict() == {"trained_for": cached.name, "target": provision.target_identity(str(other)), "matches": False}
+
+
+def test_the_shipped_drafter_was_trained_for_the_shipped_target():
+    """The release rule: a new apply adapter is a new target, and the drafter is retrained for it."""
+    config = json.loads((provision.DEFAULT_DRAFTER / "config.json").read_text())
+    assert config["hsedit"]["target"] == provision.embedded_target_identity(), (
+        "the apply adapter changed: retrain the DSpark drafter (hsedit drafter train) and ship it"
+    )

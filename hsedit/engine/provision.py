@@ -157,15 +157,25 @@ def resolve_copy_acceptance(path: str | None, model: str | None) -> str:
     return str(DEFAULT_COPY_MODEL)
 
 
-def merged_model(base_dir: Path, adapter_dir: Path) -> Path:
-    """The base with a LoRA adapter merged in, as a plain HF directory (made once, cached)."""
+def merged_model_dir(base_dir: Path, adapter_dir: Path) -> Path:
+    """Where the base with this adapter merged in is cached: keyed by the adapter's weights."""
     from hsedit.engine.lora import ADAPTER_WEIGHTS
 
     weights = adapter_dir / ADAPTER_WEIGHTS
     if not weights.is_file():
         raise ModelError(f"the apply adapter is missing: {weights}")
     digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
-    target = base_dir.parent / f"{base_dir.name}-{adapter_dir.name}-{digest}"
+    return base_dir.parent / f"{base_dir.name}-{adapter_dir.name}-{digest}"
+
+
+def embedded_target_identity() -> str:
+    """The default target's identity (`target_identity` of the merged model), without building it."""
+    return merged_model_dir(converted_dir(default_gguf()), DEFAULT_ADAPTER).name
+
+
+def merged_model(base_dir: Path, adapter_dir: Path) -> Path:
+    """The base with a LoRA adapter merged in, as a plain HF directory (made once, cached)."""
+    target = merged_model_dir(base_dir, adapter_dir)
     if (target / MARKER).is_file():
         return target
 
