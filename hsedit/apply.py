@@ -29,8 +29,8 @@ from hsedit.errors import (
 )
 
 if TYPE_CHECKING:  # the engine is imported only where it runs: a server's client has no vLLM
-    from hsedit.engine.provision import DrafterTarget
     from hsedit.engine.engine import Engine
+    from hsedit.engine.provision import DrafterTarget
 
 # Room for the answer beyond a copy of the file: edits may add lines.
 ANSWER_SLACK_TOKENS = 256

@@ -32,8 +32,8 @@ from hsedit.drafting.chain import DSPARK, HYBRID, COPY, NO_DRAFTER, VLLM_BUILTIN
 from hsedit.edit.diff import edit_distance
 from hsedit.edit.files import read_source
 from hsedit.engine.costs import CostTable
-from hsedit.engine.provision import DrafterTarget
 from hsedit.engine.engine import Engine, EngineOptions, Generation, GenerationRequest, shared_engine
+from hsedit.engine.provision import DrafterTarget
 from hsedit.errors import OutputTruncatedError, UsageError
 from hsedit.tasks import is_edit, task_lines
 
@@ -326,7 +326,7 @@ def run_bench(
             for method, e in engines.items() if e.cost_table is not None
         },
         dspark_targets={
-            method: e.drafter_target for method, e in engines.items() if getattr(e, "drafter_target", None)
+            method: e.drafter_target for method, e in engines.items() if e.drafter_target is not None
         },
     )
 
@@ -388,6 +388,7 @@ class ChildEngine:
     Requests are made (tokenized) here with the parent's engine of the same model."""
 
     proposer = None
+    drafter_target = None  # it runs one of vLLM's own drafters, never DSpark
 
     def __init__(self, options: EngineOptions, like: Engine, extra_path: str | None = None) -> None:
         context = multiprocessing.get_context("spawn")

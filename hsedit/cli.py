@@ -180,8 +180,8 @@ def bench(
         console = Console()
         console.print(bench_table(report), width=max(console.width, 150))
     for method, target in report.dspark_targets.items():
-        if target.warning():
-            err.print(f"hsedit: note: {method}: {target.warning()}", style="yellow", highlight=False, soft_wrap=True)
+        if (warning := target.warning()) is not None:
+            err.print(f"hsedit: note: {method}: {warning}", style="yellow", highlight=False, soft_wrap=True)
     if not report.exact:
         mismatched = [c for c in report.cells if c.mismatches]
         err.print("hsedit: error: outputs differ from plain decoding: " + "; ".join(

@@ -127,6 +127,14 @@ class Server:
                 time.sleep(0.5)
         raise AssertionError("the server did not come up")
 
+    def metric(self, name: str, key: str | None = None) -> float:
+        """The sum of the /metrics samples whose line starts with `name` (labels included)."""
+        request = urllib.request.Request(self.url + "/metrics")
+        if key:
+            request.add_header("Authorization", f"Bearer {key}")
+        text = urllib.request.urlopen(request, timeout=10).read().decode()
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
     def stop(self) -> int:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import urllib.request
 
 import pytest
 import yaml
@@ -27,6 +26,9 @@ drafter = "copy"
 [tool.hsedit.instructions]
 "src/*.py" = "set FREEZING_F to 32.5"
 """
+
+
+APPLY_REQUESTS = 'hsedit_http_requests_total{endpoint="/v1/apply"'  # every status
 
 
 def test_the_manifest_declares_both_hooks_as_asked():
@@ -122,9 +124,9 @@ def test_the_hook_edits_on_a_server_from_an_environment_without_an_engine(tmp_pa
     original = (repo / "src" / "temperature.py").read_text()
     server = Server("--drafter", "copy")
     try:
-        before = _apply_requests(server.url)
+        before = server.metric(APPLY_REQUESTS)
         check = pre_commit(repo, "hsedit-check", home, server=server.url)
-        served = _apply_requests(server.url) - before
+        served = server.metric(APPLY_REQUESTS) - before
     finally:
         assert server.stop() == 0
     assert check.returncode == 1, check.stdout + check.stderr
@@ -132,8 +134,3 @@ def test_the_hook_edits_on_a_server_from_an_environment_without_an_engine(tmp_pa
     assert served == 1  # src/temperature.py, edited by the server; notes.py matches no pattern
     assert (repo / "src" / "temperature.py").read_text() == original
 
-
-def _apply_requests(url: str) -> float:
-    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith('hsedit_http_requests_total{endpoint="/v1/apply"'))

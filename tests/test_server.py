@@ -60,14 +60,6 @@ def _post(url, body, key=None, raw=None):
         return error.code, error.read().decode(), error.headers
 
 
-def _metric(url, name, key=None):
-    request = urllib.request.Request(url + "/metrics")
-    if key:
-        request.add_header("Authorization", f"Bearer {key}")
-    text = urllib.request.urlopen(request, timeout=10).read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
-
-
 def _repeat_messages(code):
     return [{"role": "user", "content": "Repeat this code exactly:\n```python\n" + code + "```"}]
 
@@ -77,13 +69,13 @@ def test_openai_client_with_a_prediction_matches_the_embedded_engine(server, hyb
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     (model,) = [m.id for m in client.models.list()]
     messages = _repeat_messages(code)
-    drafted_before = _metric(server.url, 'hsedit_draft_tokens_total{drafter="copy"}')
-    accepted_before = _metric(server.url, 'hsedit_accepted_draft_tokens_total{drafter="copy"}')
+    drafted_before = server.metric('hsedit_draft_tokens_total{drafter="copy"}')
+    accepted_before = server.metric('hsedit_accepted_draft_tokens_total{drafter="copy"}')
     answer = client.chat.completions.create(
         model=model, messages=messages, max_tokens=200, prediction={"type": "content", "content": code}
     )
-    drafted = _metric(server.url, 'hsedit_draft_tokens_total{drafter="copy"}') - drafted_before
-    accepted = _metric(server.url, 'hsedit_accepted_draft_tokens_total{drafter="copy"}') - accepted_before
+    drafted = server.metric('hsedit_draft_tokens_total{drafter="copy"}') - drafted_before
+    accepted = server.metric('hsedit_accepted_draft_tokens_total{drafter="copy"}') - accepted_before
     streamed, usage = "", None
     for chunk in client.chat.completions.create(
         model=model, messages=messages, max_tokens=200, prediction={"type": "content", "content": code},
@@ -212,7 +204,7 @@ def test_the_batch_client_runs_on_the_server(server, tmp_path):  # hooks on a se
 
 def test_a_client_killed_mid_stream_leaves_the_server_serving(guarded_server):
     url = guarded_server.url
-    aborted_before = _metric(url, "hsedit_requests_aborted_total", KEY)
+    aborted_before = guarded_server.metric("hsedit_requests_aborted_total", KEY)
     client = subprocess.Popen([sys.executable, "-c", f"""
 import json, sys, urllib.request
 body = json.dumps({{"messages": [{{"role": "user", "content": "Write a long story about a dragon."}}],
@@ -228,10 +220,10 @@ sys.stdin.read()
     client.kill()
     client.wait()
     deadline = time.time() + 30
-    while _metric(url, "hsedit_requests_aborted_total", KEY) == aborted_before:
+    while guarded_server.metric("hsedit_requests_aborted_total", KEY) == aborted_before:
         assert time.time() < deadline, "the request of the killed client was not aborted"
         time.sleep(0.2)
-    assert _metric(url, "hsedit_requests_running", KEY) == 0
+    assert guarded_server.metric("hsedit_requests_running", KEY) == 0
     status, text, _ = _post(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
                                                           "max_tokens": 8}, KEY)
     assert status == 200 and json.loads(text)["choices"][0]["message"]["content"]

@@ -29,8 +29,8 @@ from hsedit.engine.options import EngineOptions
 from hsedit.engine.provision import DrafterTarget, drafter_target, resolve_drafter, resolve_model
 from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
-from hsedit.errors import ContextTooLongError
 from hsedit.engine.vllm_engine import Proposer, SpecCounts, reported_spec_counts, silenced_stderr, start_vllm
+from hsedit.errors import ContextTooLongError
 
 __all__ = ["Engine", "EngineOptions", "Generation", "GenerationRequest", "StepEvent", "shared_engine"]
 

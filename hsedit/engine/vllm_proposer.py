@@ -46,7 +46,7 @@ from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
 from hsedit.drafting.ngram import DEFAULT_MIN_MATCH
 from hsedit.drafting.planner import DraftPlanner, RowView
-from hsedit.engine.provision import drafter_target, resolve_copy_acceptance, resolve_drafter
+from hsedit.engine.provision import DrafterTarget, resolve_copy_acceptance, resolve_drafter, target_identity
 from hsedit.engine.vllm_runner import RunnerAdapter, target_embeddings, worker_drafter
 
 CONFIG_KEY = "hsedit"  # vllm_config.additional_config[CONFIG_KEY]: the proposer's options
@@ -124,9 +124,8 @@ class HseditProposer(_Probing):
             drafters=drafters, max_draft=self.num_speculative_tokens, min_match=options.min_match
         )
         if DSPARK in drafters:
-            drafter_dir = resolve_drafter(options.dspark, None)
-            model = load_drafter(Path(drafter_dir))
-            if not drafter_target(drafter_dir, str(vllm_config.model_config.model)).matches:
+            model = load_drafter(Path(resolve_drafter(options.dspark, None)))
+            if not DrafterTarget(model.config.target, target_identity(str(vllm_config.model_config.model))).matches:
                 # Trained for another target: the survival it measured there says nothing here,
                 # so the planner learns this target's from the chains it verifies.
                 model.config = replace(model.config, expected_survival=())

@@ -12,7 +12,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -109,17 +109,23 @@ def dspark_loss(
 
 
 # -- calibration data -----------------------------------------------------------------------
+def scored_anchors(sequences: Sequence[Sequence_], anchors_per_seq: int = 64) -> Iterator[tuple[Sequence_, torch.Tensor]]:
+    """(sequence, anchors) of every held-out sequence with anchors, the same on every call:
+    what the drafter and the bigram baseline are both scored at."""
+    generator = torch.Generator().manual_seed(1)
+    for seq in sequences:
+        anchors = sample_anchors(seq, anchors_per_seq, generator)
+        if len(anchors):
+            yield seq, anchors
+
+
 @torch.inference_mode()
 def greedy_blocks(model: DSparkDrafter, sequences: Sequence[Sequence_], anchors_per_seq: int = 64):
     """Drafts as inference makes them (greedy, the Markov head fed its own tokens), judged
     against the target's greedy choice: returns confidence logits, accepted, valid, each [n, L]."""
     cfg = model.config
     all_logits, all_accepted, all_valid = [], [], []
-    generator = torch.Generator().manual_seed(1)
-    for seq in sequences:
-        anchors = sample_anchors(seq, anchors_per_seq, generator)
-        if not len(anchors):
-            continue
+    for seq, anchors in scored_anchors(sequences, anchors_per_seq):
         _, hidden, _ = model.training_blocks(seq.input_ids, seq.features.float(), anchors)
         target_choice = target_logits(model, seq, anchors).argmax(-1)
         tokens, prevs = model.greedy_chain(model.draft_logits(hidden), seq.input_ids[anchors])
@@ -148,7 +154,8 @@ def bigram_blocks(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The baseline a drafter that ignores the target's features must beat: from each anchor,
     the next token most often seen after the last one in the training answers, chained.
-    Scored at `greedy_blocks`' anchors against the target's choices there; (accepted, valid)."""
+    Scored at the drafter's anchors (`scored_anchors`) against the target's choices there;
+    (accepted, valid)."""
     following: dict[int, Counter] = {}
     for seq in train:
         ids, mask = seq.input_ids.tolist(), seq.loss_mask.tolist()
@@ -157,11 +164,7 @@ def bigram_blocks(
                 following.setdefault(ids[t], Counter())[ids[t + 1]] += 1
     best = {token: counts.most_common(1)[0][0] for token, counts in following.items()}
     accepted, valid = [], []
-    generator = torch.Generator().manual_seed(1)  # greedy_blocks' anchors
-    for seq in heldout:
-        anchors = sample_anchors(seq, anchors_per_seq, generator)
-        if not len(anchors):
-            continue
+    for seq, anchors in scored_anchors(heldout, anchors_per_seq):
         choices = target_choice(seq, anchors)  # [blocks, L]
         chains = []
         for anchor in seq.input_ids[anchors].tolist():
@@ -176,11 +179,16 @@ def bigram_blocks(
 
 
 @torch.inference_mode()
-def feature_ablation(model: DSparkDrafter, train: Sequence[Sequence_], heldout: Sequence[Sequence_]) -> dict:
+def feature_ablation(
+    model: DSparkDrafter,
+    train: Sequence[Sequence_],
+    heldout: Sequence[Sequence_],
+    real: tuple[np.ndarray, np.ndarray],
+) -> dict:
     """What limits the drafter, measured: held-out accept@1 and accepted tokens per block with the
-    target's real features, with them zeroed, shifted one position late, and taken from another
-    held-out sequence; and the bigram baseline. If the context barely matters, the drafter is
-    not using it."""
+    target's real features (`real`: greedy_blocks' accepted and valid, already computed), with
+    them zeroed, shifted one position late, and taken from another held-out sequence; and the
+    bigram baseline. If the context barely matters, the drafter is not using it."""
     def other(i: int, seq: Sequence_) -> torch.Tensor:
         donor = heldout[(i + 1) % len(heldout)].features
         rows = torch.zeros_like(seq.features)
@@ -188,12 +196,11 @@ def feature_ablation(model: DSparkDrafter, train: Sequence[Sequence_], heldout: 
         return rows
 
     variants = {
-        "real": lambda i, seq: seq.features,
         "zeroed": lambda i, seq: torch.zeros_like(seq.features),
         "shifted": lambda i, seq: torch.cat([torch.zeros_like(seq.features[:1]), seq.features[:-1]]),
         "other_sequence": other,
     }
-    report = {}
+    report = {"real": acceptance_summary(*real)}
     for name, features in variants.items():
         changed = [replace(seq, features=features(i, seq)) for i, seq in enumerate(heldout)]
         _, accepted, valid = greedy_blocks(model, changed)
@@ -314,7 +321,7 @@ def train_drafter(
     survived = np.cumprod(accepted, axis=1)
     temperatures = fit_sts(logits[:half], survived[:half], valid[:half])
     ones = np.ones(cfg.block_size)
-    ablation = feature_ablation(model, train, heldout)
+    ablation = feature_ablation(model, train, heldout, real=(accepted, valid))
     log("held out, accept@1 / accepted per block: " + "; ".join(
         f"{name} {r['accept@1']:.3f} / {r['accepted_per_block']:.2f}" for name, r in ablation.items()))
     report = {
