@@ -113,13 +113,13 @@ def bench_table(report) -> Table:
 def eval_table(model: str, rows: list[dict]) -> Table:
     table = Table(title=f"apply model evaluation · {model}")
     for column in ("kind", "n", "exact", "unchanged lines kept", "parses", "similarity", "cut off",
-                   "check: passed / failed / unchecked", "passed, not exact", "false rejects"):
+                   "answered unchanged", "check: passed / failed / unchecked", "passed, not exact", "false rejects"):
         table.add_column(column, justify="left" if column == "kind" else "right")
     for row in rows:
         table.add_row(
             row["kind"], str(row["n"]), f"{row['exact']:.0%}", f"{row['unchanged_lines_kept']:.1%}",
             f"{row['parses']:.0%}", f"{row['similarity']:.3f}", f"{row['cut_off']:.0%}",
-            f"{row['check_passed']} / {row['check_failed']} / {row['unchecked']}",
+            f"{row['answered_unchanged']:.0%}", f"{row['check_passed']} / {row['check_failed']} / {row['unchecked']}",
             str(row["passed_not_exact"]), str(row["false_rejects"]),
         )
     return table

@@ -143,21 +143,40 @@ def test_drafts_in_a_batch_equal_drafts_alone():
         assert torch.equal(alone.tokens[0], together.tokens[i])
 
 
-def test_training_blocks_match_inference_drafting():
-    """A teacher-forced training block sees what inference sees at the same anchor."""
-    model = random_drafter(seed=6)
+@pytest.mark.parametrize("anchor_feature", [False, True])
+def test_training_blocks_match_inference_drafting(anchor_feature):
+    """A teacher-forced training block sees what inference sees at the same anchor (with the
+    anchor row reading the context row before it, or not)."""
+    model = random_drafter(seed=6, anchor_feature=anchor_feature)
     seq = 14
     ids = torch.randint(0, 96, (seq,))
     features = torch.randn(seq, model.config.feature_size)
-    anchors = torch.tensor([3, 9])
+    anchors = torch.tensor([1, 3, 9])
     with torch.no_grad():
         _, hidden, _ = model.training_blocks(ids, features, anchors)
-    for block, p in enumerate(anchors.tolist()):
-        cache = ContextCache()
-        model.extend_context(cache, features[:p])
-        kv = list(zip(cache.keys, cache.values))
-        alone = model.run_backbone(model.block_inputs(ids[p : p + 1])[0], p + torch.arange(7), kv, None)
-        assert torch.allclose(alone, hidden[block], atol=1e-5)
+        for block, p in enumerate(anchors.tolist()):
+            whole, pieces = ContextCache(), ContextCache()  # in one pass, and as steps bring it
+            model.extend_context(whole, features[:p])
+            for chunk in (features[: p // 2], features[p // 2 : p]):
+                model.extend_context(pieces, chunk)
+            for cache in (whole, pieces):
+                alone = model.block_hidden([cache], ids[p : p + 1])[0]
+                assert torch.allclose(alone, hidden[block], atol=1e-5)
+
+
+def test_the_anchor_row_adds_the_projected_context_row_before_it():
+    """EAGLE's input as an option: the anchor slot's input is its embedding plus the last context
+    row (the target's state that predicted the anchor); the mask slots are unchanged. The
+    option travels in config.json and a config without it (DeepSpec's) leaves it off."""
+    eagle, plain = random_drafter(seed=7, anchor_feature=True), random_drafter(seed=7)  # same weights
+    cache = filled_cache(eagle, length=9)
+    assert cache.rows.shape == (9, eagle.config.hidden_size) and filled_cache(plain).rows is None
+    with torch.no_grad():
+        a = eagle.block_embeddings(eagle.block_inputs(torch.tensor([5])), cache.rows[-1:])
+        b = plain.block_embeddings(plain.block_inputs(torch.tensor([5])), None)
+    assert torch.allclose(a[0, 0] - b[0, 0], cache.rows[-1], atol=1e-6) and torch.equal(a[0, 1:], b[0, 1:])
+    assert DSparkConfig.from_dict(eagle.config.to_dict()).anchor_feature is True
+    assert DSparkConfig.from_dict(plain.config.to_dict()).anchor_feature is False
 
 
 def test_a_gap_in_features_stops_drafting_for_that_request():
@@ -229,6 +248,10 @@ def test_drafter_training_resumed_from_a_checkpoint_equals_one_run(tmp_path):
     # a checkpoint of other sequences is refused, not silently continued
     with pytest.raises(UsageError, match="other data"):
         train_drafter(tiny_config(), target, seqs[:3], seqs[:2],
+                      DrafterTrainConfig(max_steps=1, checkpoint=str(tmp_path / "split")), log=lambda _: None)
+    # and so is one of another shape (its weights would load half-meaningfully: no new tensors)
+    with pytest.raises(UsageError, match="another shape"):
+        train_drafter(tiny_config(anchor_feature=True), target, seqs, seqs[:2],
                       DrafterTrainConfig(max_steps=1, checkpoint=str(tmp_path / "split")), log=lambda _: None)
 
 

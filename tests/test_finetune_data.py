@@ -354,6 +354,16 @@ def test_scores_count_answers_cut_off_by_max_tokens():
     assert overall([report, KindReport("no_change", [score(example, example.after)])])["cut_off"] == 0.333
 
 
+def test_scores_count_the_file_answered_unchanged_only_where_it_should_change():
+    before, after = "a = 1\nc = a\n", "b = 1\nc = b\n"
+    rename = Example("rename_variable", "m.py", "rename a to b", before, after, None, "eval")
+    keep = Example("no_change", "m.py", "rename q to r", before, before, None, "eval")
+    copied, wrong = score(rename, before), score(rename, "b = 1\nc = a\n")
+    assert copied.answered_unchanged and not wrong.answered_unchanged and not score(rename, after).answered_unchanged
+    assert not score(keep, before).answered_unchanged  # the right answer there
+    assert KindReport("rename_variable", [copied, wrong]).as_dict()["answered_unchanged"] == 0.5
+
+
 def test_a_keyword_argument_after_a_line_break_is_not_renamed():
     source = "def f(value):\n    return g(\n        value=value,  # keep\n        other=1)\n"
     assert edits.rename_tokens(source, "value", "amount") == (

@@ -55,6 +55,11 @@ class DSparkConfig:
     expected_survival: tuple[float, ...] = ()
     shares_target_embeddings: bool = True
     target: str = ""
+    # EAGLE's input: the anchor row adds the projected target features of the position before
+    # it (those that predicted the anchor) to its embedding, so the first drafted token reads
+    # the target's last state directly instead of finding it by attention. No new weights:
+    # DeepSpec's checkpoints (without the field) load with it off.
+    anchor_feature: bool = False
 
     def __post_init__(self) -> None:
         if self.markov_head_type != "vanilla" and self.markov_rank > 0:
@@ -109,7 +114,8 @@ class DSparkConfig:
 
     def to_dict(self) -> dict:
         own = asdict(self)
-        extra = {k: own.pop(k) for k in ("sts_temperatures", "expected_survival", "shares_target_embeddings", "target")}
+        extra = {k: own.pop(k) for k in ("sts_temperatures", "expected_survival", "shares_target_embeddings", "target",
+                                    "anchor_feature")}
         own["target_layer_ids"] = list(self.target_layer_ids)
         return {
             "architectures": [ARCHITECTURE],
@@ -255,13 +261,15 @@ class DSparkLayer(nn.Module):
 
 
 class ContextCache:
-    """One request's projected context: per draft layer, rotated keys and values, in buffers
-    that grow by doubling (one copy per doubling instead of a `torch.cat` of the whole context
-    every step)."""
+    """One request's projected context: per draft layer, rotated keys and values (and, for a
+    drafter whose anchor row reads the last context row, the projected rows), in buffers that
+    grow by doubling (one copy per doubling instead of a `torch.cat` of the whole context every
+    step)."""
 
     def __init__(self) -> None:
-        self._keys: list[torch.Tensor] = []  # per layer [capacity, kv_heads, head_dim]
-        self._values: list[torch.Tensor] = []
+        # per draft layer keys [capacity, kv_heads, head_dim], then values, then optionally rows [capacity, hidden]
+        self._buffers: list[torch.Tensor] = []
+        self._layers = 0
         self._length = 0
 
     def __len__(self) -> int:
@@ -269,27 +277,30 @@ class ContextCache:
 
     @property
     def keys(self) -> list[torch.Tensor]:  # per layer [n_ctx, kv_heads, head_dim]
-        return [k[: self._length] for k in self._keys]
+        return [k[: self._length] for k in self._buffers[: self._layers]]
 
     @property
     def values(self) -> list[torch.Tensor]:
-        return [v[: self._length] for v in self._values]
+        return [v[: self._length] for v in self._buffers[self._layers : 2 * self._layers]]
 
-    def append(self, new: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Per layer (keys, values) of the next positions, each [n, kv_heads, head_dim]."""
-        n = len(new[0][0])
-        end = self._length + n
-        if not self._keys:
-            self._keys = [torch.empty((max(end, 64), *k.shape[1:]), dtype=k.dtype, device=k.device) for k, _ in new]
-            self._values = [torch.empty_like(k) for k in self._keys]
-        elif end > len(self._keys[0]):
-            capacity = max(end, 2 * len(self._keys[0]))
-            self._keys = [_grown(k, capacity, self._length) for k in self._keys]
-            self._values = [_grown(v, capacity, self._length) for v in self._values]
-        for buffer, (k, _) in zip(self._keys, new):
-            buffer[self._length : end] = k
-        for buffer, (_, v) in zip(self._values, new):
-            buffer[self._length : end] = v
+    @property
+    def rows(self) -> torch.Tensor | None:
+        """The projected context rows [n_ctx, hidden], if they were kept."""
+        return self._buffers[-1][: self._length] if len(self._buffers) > 2 * self._layers else None
+
+    def append(self, new: Sequence[tuple[torch.Tensor, torch.Tensor]], rows: torch.Tensor | None = None) -> None:
+        """Per layer (keys, values) of the next positions, each [n, kv_heads, head_dim], and
+        optionally their projected rows [n, hidden]."""
+        tensors = [k for k, _ in new] + [v for _, v in new] + ([rows] if rows is not None else [])
+        end = self._length + len(tensors[0])
+        if not self._buffers:
+            self._layers = len(new)
+            self._buffers = [t.new_empty((max(end, 64), *t.shape[1:])) for t in tensors]
+        elif end > len(self._buffers[0]):
+            capacity = max(end, 2 * len(self._buffers[0]))
+            self._buffers = [_grown(b, capacity, self._length) for b in self._buffers]
+        for buffer, t in zip(self._buffers, tensors):
+            buffer[self._length : end] = t
         self._length = end
 
     def truncate(self, length: int) -> None:
@@ -365,8 +376,17 @@ class DSparkDrafter(nn.Module):
         block[:, 0] = anchors
         return block
 
-    def run_backbone(self, block_ids, block_positions, context_kv, mask) -> torch.Tensor:
+    def block_embeddings(self, block_ids: torch.Tensor, anchor_rows: torch.Tensor | None) -> torch.Tensor:
+        """Block token ids [n, L] -> input rows [n, L, hidden]; with `anchor_feature`, each
+        anchor row also gets the projected context row before it (anchor_rows [n, hidden])."""
         x = self.embed_tokens(block_ids)
+        if self.config.anchor_feature:
+            x = torch.cat([(x[:, 0] + anchor_rows.to(x.dtype))[:, None], x[:, 1:]], dim=1)
+        return x
+
+    def run_backbone(self, block_ids, block_positions, context_kv, mask, anchor_rows=None) -> torch.Tensor:
+        """block_ids [n, L] -> hidden [n * L, hidden]."""
+        x = self.block_embeddings(block_ids, anchor_rows).reshape(-1, self.config.hidden_size)
         cos, sin = self.rotary(block_positions)
         for layer, kv in zip(self.layers, context_kv):
             x = layer(x, kv, cos, sin, mask)
@@ -398,9 +418,11 @@ class DSparkDrafter(nn.Module):
         positions = torch.cat([torch.arange(len(c), len(c) + len(f), device=device) for c, f in pairs])
         rows = self.project_context(torch.cat([f for _, f in pairs]).to(self.fc.weight.dtype))
         new = self.context_keys_values(rows, positions)  # per layer (keys, values) of every row
+        keep_rows = self.config.anchor_feature
         start = 0
         for cache, f in pairs:
-            cache.append([(k[start : start + len(f)], v[start : start + len(f)]) for k, v in new])
+            part = slice(start, start + len(f))
+            cache.append([(k[part], v[part]) for k, v in new], rows[part] if keep_rows else None)
             start += len(f)
 
     def use_fast_head(self, dtype: torch.dtype | None) -> None:
@@ -427,21 +449,29 @@ class DSparkDrafter(nn.Module):
             tokens.append(prev)
         return torch.stack(tokens, dim=1), torch.stack(prevs, dim=1)
 
-    @torch.inference_mode()
-    def draft(self, caches: Sequence[ContextCache], anchors: Sequence[int]) -> BlockDraft:
-        """Greedy block drafts for several requests; each anchor sits right after its context."""
+    def block_hidden(self, caches: Sequence[ContextCache], anchor_ids: torch.Tensor) -> torch.Tensor:
+        """The backbone for one block per request: anchors [batch] right after their contexts
+        -> hidden [batch, L, hidden]."""
         device = self.fc.weight.device
         length = self.config.block_size
-        anchor_ids = torch.tensor(list(anchors), dtype=torch.long, device=device)  # [batch]
-        block_ids = self.block_inputs(anchor_ids).reshape(-1)  # [batch * L]
         # The anchor's position is its context's length; each block attends to all of it.
         offsets = torch.arange(length, device=device)
         positions = (torch.tensor([len(c) for c in caches], device=device)[:, None] + offsets).reshape(-1)
-        x = self.embed_tokens(block_ids)  # [batch * L, hidden]
+        anchor_rows = None
+        if self.config.anchor_feature:  # the last context row; none before the first token
+            zero = self.fc.weight.new_zeros(self.config.hidden_size)
+            anchor_rows = torch.stack([c.rows[-1] if len(c) else zero for c in caches])  # [batch, hidden]
+        x = self.block_embeddings(self.block_inputs(anchor_ids), anchor_rows).reshape(len(caches) * length, -1)
         cos, sin = self.rotary(positions)
         for i, layer in enumerate(self.layers):
             x = layer.forward_blocks(x, [(c.keys[i], c.values[i]) for c in caches], cos, sin)
-        hidden = self.norm(x).view(len(caches), length, -1)  # [batch, L, hidden]
+        return self.norm(x).view(len(caches), length, -1)
+
+    @torch.inference_mode()
+    def draft(self, caches: Sequence[ContextCache], anchors: Sequence[int]) -> BlockDraft:
+        """Greedy block drafts for several requests; each anchor sits right after its context."""
+        anchor_ids = torch.tensor(list(anchors), dtype=torch.long, device=self.fc.weight.device)  # [batch]
+        hidden = self.block_hidden(caches, anchor_ids)  # [batch, L, hidden]
         tokens, prevs = self.greedy_chain(self.draft_logits(hidden), anchor_ids)
         if self.confidence_head is None:
             ones = torch.ones_like(tokens, dtype=torch.float32)
@@ -463,14 +493,16 @@ class DSparkDrafter(nn.Module):
         device = input_ids.device
         context = self.project_context(features)
         context_kv = self.context_keys_values(context, torch.arange(seq, device=device))
-        block_ids = self.block_inputs(input_ids[anchors]).reshape(-1)
+        block_ids = self.block_inputs(input_ids[anchors])  # [blocks, L]
+        # The context row before each anchor (zeros for an anchor at position 0).
+        anchor_rows = torch.cat([context.new_zeros(1, context.shape[1]), context])[anchors]
         offsets = torch.arange(length, device=device)
         block_positions = (anchors[:, None] + offsets).reshape(-1)
         block_of = torch.arange(len(anchors), device=device).repeat_interleave(length)
         sees_context = torch.arange(seq, device=device)[None, :] < anchors[block_of][:, None]
         same_block = block_of[:, None] == block_of[None, :]
         mask = torch.cat([sees_context, same_block], dim=1)
-        hidden = self.run_backbone(block_ids, block_positions, context_kv, mask).view(len(anchors), length, -1)
+        hidden = self.run_backbone(block_ids, block_positions, context_kv, mask, anchor_rows).view(len(anchors), length, -1)
         targets = input_ids[(anchors[:, None] + 1 + offsets).clamp(max=seq - 1)]
         prev = torch.cat([input_ids[anchors][:, None], targets[:, :-1]], dim=1)
         logits = self.lm_head(hidden) + self.markov_bias(prev)

@@ -103,7 +103,9 @@ class ModelDrafter:
                 projected = min(start, len(donor.cache))
                 if projected:
                     layers = zip(donor.cache.keys, donor.cache.values)
-                    context.cache.append([(k[:projected].clone(), v[:projected].clone()) for k, v in layers])
+                    rows = donor.cache.rows
+                    context.cache.append([(k[:projected].clone(), v[:projected].clone()) for k, v in layers],
+                                         None if rows is None else rows[:projected].clone())
                 if start > projected:  # the rest still waits as features: share them unprojected
                     context.pending = [torch.cat(donor.pending)[: start - projected]]
                     context.pending_rows = start - projected

@@ -25,7 +25,7 @@ def load_state(checkpoint: str | None, data_id: str, same_data: str) -> dict | N
 
     if not checkpoint or not (Path(checkpoint) / STATE_FILE).is_file():
         return None
-    state = torch.load(Path(checkpoint) / STATE_FILE, weights_only=False)
+    state = torch.load(Path(checkpoint) / STATE_FILE, weights_only=False, map_location="cpu")
     if state["data"] != data_id:
         raise UsageError(f"{checkpoint} was trained on other data ({state['data']}, not {data_id}): "
                          f"resume it with {same_data}, or give a new --checkpoint")

@@ -137,8 +137,11 @@ def drafter_train(
     max_prompts: Annotated[int, typer.Option(min=0)] = 400,
     edit_examples: Annotated[int, typer.Option(help="Generated edit examples added to the data.", min=0)] = 200,
     minutes: Annotated[float, typer.Option(help="Training time budget.", min=0.1)] = 60.0,
+    max_updates: Annotated[Optional[int], typer.Option(help="Stop this run after this many updates (with --checkpoint, the next run continues: a budget curve's points).", min=1)] = None,
     draft_layers: Annotated[int, typer.Option(min=1)] = 1,
     markov_rank: Annotated[int, typer.Option(min=0)] = 32,
+    anchor_feature: Annotated[bool, typer.Option(help="EAGLE's input: the anchor row also reads the target's state before it (no new weights).")] = False,
+    ce_weight: Annotated[Optional[float], typer.Option(help="Cross-entropy share of the token loss, the L1 term gets the rest (default: DeepSpec's 0.1); short runs may raise it.", min=0.0, max=1.0)] = None,
     learning_rate: Annotated[float, typer.Option()] = 1e-3,
     data_cache: Annotated[Optional[Path], typer.Option(help="Keep prepared sequences here and reuse them.")] = None,
     checkpoint: Annotated[Optional[Path], typer.Option(help="Resume from and save to this directory (weights, optimizer, data position, RNG): runs accumulate; SIGTERM saves.")] = None,
@@ -149,9 +152,10 @@ def drafter_train(
 
     config = DrafterTrainConfig(
         target=target, output=str(out), corpus=[str(c) for c in corpus or []], max_prompts=max_prompts,
-        edit_examples=edit_examples, minutes=minutes, draft_layers=draft_layers, markov_rank=markov_rank,
-        learning_rate=learning_rate, data_cache=str(data_cache) if data_cache else None,
+        edit_examples=edit_examples, minutes=minutes, max_steps=max_updates, draft_layers=draft_layers, markov_rank=markov_rank,
+        anchor_feature=anchor_feature, learning_rate=learning_rate, data_cache=str(data_cache) if data_cache else None,
         checkpoint=str(checkpoint) if checkpoint else None, budget_updates=budget_updates,
+        **({"ce_weight": ce_weight} if ce_weight is not None else {}),
     )
     path, report = run(config, log=typer.echo)
     summary = {k: v for k, v in report.items() if k not in ("history", "config")}

@@ -83,16 +83,17 @@ def target_features(
     cfg: DSparkConfig,
     sequences: Sequence[tuple[list[int], int, str]],
     log: Callable[[str], None] = print,
+    device: str = "cpu",
 ) -> list[Sequence_]:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).to(device).eval()
     out = []
     for n, (ids, start, kind) in enumerate(sequences):
         input_ids = torch.tensor(ids, dtype=torch.long)
-        result = model(input_ids[None], output_hidden_states=True)
+        result = model(input_ids[None].to(device), output_hidden_states=True)
         # hidden_states[0] is the embedding output, [i + 1] the output of layer i.
-        layers = [result.hidden_states[i + 1][0] for i in cfg.target_layer_ids]
+        layers = [result.hidden_states[i + 1][0].cpu() for i in cfg.target_layer_ids]
         mask = torch.zeros(len(ids), dtype=torch.bool)
         mask[start:] = True
         out.append(
@@ -100,7 +101,7 @@ def target_features(
                 input_ids=input_ids,
                 loss_mask=mask,
                 features=torch.cat(layers, dim=-1).to(torch.bfloat16),
-                final_hidden=result.hidden_states[-1][0].to(torch.bfloat16),
+                final_hidden=result.hidden_states[-1][0].to(torch.bfloat16).cpu(),
                 kind=kind,
             )
         )

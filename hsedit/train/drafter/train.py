@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from hsedit.drafting.calibration import auc, ece, fit_sts, log_loss, survival_from_logits
 from hsedit.drafting.dspark import DSparkConfig, DSparkDrafter, draft_position_weights, save_drafter
 from hsedit.train.checkpoint import STATE_FILE, StopRequest, load_state, replace_directory, shuffled_pass
+from hsedit.errors import UsageError
 from hsedit.train.drafter.data import Sequence_
 
 # DeepSpec's weights. A short run may raise the cross-entropy share (`ce_weight`): while the
@@ -45,6 +46,8 @@ class DrafterTrainConfig:
     anchors: int = 24  # blocks per sequence per update
     draft_layers: int = 1
     markov_rank: int = 32
+    anchor_feature: bool = False  # EAGLE's input for the anchor row (DSparkConfig.anchor_feature)
+    device: str = "cpu"  # where updates run ("cuda" on a lent GPU); evaluation runs on the CPU
     heldout_fraction: float = 0.1
     seed: int = 0
     data_cache: str | None = None  # where prepared sequences are kept between runs
@@ -69,7 +72,7 @@ def sample_anchors(seq: Sequence_, count: int, rng: torch.Generator | None = Non
 
 def block_mask(seq: Sequence_, anchors: torch.Tensor, block_size: int) -> torch.Tensor:
     """[blocks, L] True while the k-th drafted token exists and is an answer token (a prefix)."""
-    positions = anchors[:, None] + 1 + torch.arange(block_size)
+    positions = anchors[:, None] + 1 + torch.arange(block_size, device=anchors.device)
     inside = positions < len(seq.input_ids)
     ok = inside & seq.loss_mask[positions.clamp(max=len(seq.input_ids) - 1)]
     return ok.int().cumprod(dim=1).bool()
@@ -77,7 +80,8 @@ def block_mask(seq: Sequence_, anchors: torch.Tensor, block_size: int) -> torch.
 
 def target_logits(model: DSparkDrafter, seq: Sequence_, anchors: torch.Tensor) -> torch.Tensor:
     """The target's logits at the positions that predict each block's tokens: [blocks, L, vocab]."""
-    positions = (anchors[:, None] + torch.arange(model.config.block_size)).clamp(max=len(seq.input_ids) - 1)
+    offsets = torch.arange(model.config.block_size, device=anchors.device)
+    positions = (anchors[:, None] + offsets).clamp(max=len(seq.input_ids) - 1)
     return model.lm_head(seq.final_hidden[positions].float())
 
 
@@ -87,12 +91,12 @@ def dspark_loss(
     cfg = model.config
     logits, hidden, prev = model.training_blocks(seq.input_ids, seq.features.float(), anchors)
     mask = block_mask(seq, anchors, cfg.block_size)
-    weights = draft_position_weights(cfg.block_size)[None, :] * mask
+    weights = draft_position_weights(cfg.block_size).to(mask.device)[None, :] * mask
     with torch.no_grad():
         p_target = torch.softmax(target_logits(model, seq, anchors), dim=-1)
     p_draft = torch.softmax(logits.float(), dim=-1)
     l1 = (p_draft - p_target).abs().sum(-1)  # [blocks, L]
-    positions = (anchors[:, None] + 1 + torch.arange(cfg.block_size)).clamp(max=len(seq.input_ids) - 1)
+    positions = (anchors[:, None] + 1 + torch.arange(cfg.block_size, device=anchors.device)).clamp(max=len(seq.input_ids) - 1)
     ce = F.cross_entropy(logits.flatten(0, 1).float(), seq.input_ids[positions].flatten(), reduction="none")
     total_weight = weights.sum().clamp(min=1e-6)
     loss = (ce_weight * ce.view_as(l1) + (1.0 - ce_weight) * l1) * weights
@@ -243,6 +247,7 @@ def train_drafter(
     model = DSparkDrafter(cfg)
     embed = target.get("model.embed_tokens.weight")
     model.share_target_embeddings(embed, target.get("lm_head.weight", embed))
+    model.to(config.device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
     budget = config.minutes * 60.0
@@ -251,6 +256,10 @@ def train_drafter(
     generator = torch.Generator().manual_seed(config.seed)
     data_id = sequences_id(train)
     state = load_state(config.checkpoint, data_id, "the same target and data options")
+    shape = drafter_shape(cfg)
+    if state is not None and state.get("shape", shape) != shape:
+        raise UsageError(f"{config.checkpoint} holds a drafter of another shape ({state['shape']}): resume it "
+                         "with the same --draft-layers, --markov-rank and --anchor-feature, or give a new --checkpoint")
     if state is None:
         order, position, step, blocks, history, running = shuffled_pass(rng, len(train)), 0, 0, 0, [], {}
     else:
@@ -269,7 +278,7 @@ def train_drafter(
         save_checkpoint(config.checkpoint, {
             "model": model.own_state_dict(), "optimizer": optimizer.state_dict(), "order": order,
             "position": position, "step": step, "blocks": blocks, "history": history, "running": running,
-            "rng": rng.getstate(), "generator": generator.get_state(), "data": data_id,
+            "rng": rng.getstate(), "generator": generator.get_state(), "data": data_id, "shape": shape,
         })
 
     try:
@@ -296,6 +305,10 @@ def train_drafter(
             scale = min(1.0, (step + 1) / warmup) * max(0.05, 1.0 - progress)
             for group in optimizer.param_groups:
                 group["lr"] = config.learning_rate * scale
+            if config.device != "cpu":
+                seq = replace(seq, **{f: getattr(seq, f).to(config.device)
+                                      for f in ("input_ids", "loss_mask", "features", "final_hidden")})
+                anchors = anchors.to(config.device)
             loss, stats = dspark_loss(model, seq, anchors, config.ce_weight)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -315,7 +328,7 @@ def train_drafter(
         stop.restore()
     if config.checkpoint:
         save()
-    model.eval()
+    model.to("cpu").eval()
     logits, accepted, valid = greedy_blocks(model, heldout)
     half = len(logits) // 2  # fit STS on one half of the held-out blocks, report on the other
     survived = np.cumprod(accepted, axis=1)
@@ -347,6 +360,11 @@ def train_drafter(
     model.config = calibrated
     model.sts_temperatures = torch.tensor(temperatures, dtype=torch.float32)
     return model, report
+
+
+def drafter_shape(cfg: DSparkConfig) -> dict:
+    """What a checkpoint's weights mean: the config without what training fits at the end."""
+    return {k: v for k, v in asdict(cfg).items() if k not in ("sts_temperatures", "expected_survival", "target")}
 
 
 def sequences_id(sequences: Sequence[Sequence_]) -> str:
@@ -418,22 +436,34 @@ def prepare_sequences(config: DrafterTrainConfig, cfg: DSparkConfig, target_dir:
 
 
 def run(config: DrafterTrainConfig, log: Callable[[str], None] = print) -> tuple[Path, dict]:
-    from hsedit.engine.provision import resolve_model, target_identity
+    from hsedit.engine.provision import resolve_model
     from hsedit.train.drafter import data
 
     target_dir = resolve_model(config.target)
-    target_config = json.loads((Path(target_dir) / "config.json").read_text())
-    cfg = DSparkConfig.for_target(
-        target_config,
+    cfg = drafter_config(config, target_dir)
+    sequences = prepare_sequences(config, cfg, target_dir, log)
+    return train_and_save(config, cfg, sequences, data.target_weights(target_dir), log)
+
+
+def drafter_config(config: DrafterTrainConfig, target_dir: str) -> DSparkConfig:
+    """The drafter's shape for a target directory, recording that target's identity."""
+    from hsedit.engine.provision import target_identity
+
+    return DSparkConfig.for_target(
+        json.loads((Path(target_dir) / "config.json").read_text()),
         num_hidden_layers=config.draft_layers,
         markov_rank=config.markov_rank,
+        anchor_feature=config.anchor_feature,
         mask_token_id=_mask_token(target_dir),
         target=target_identity(target_dir),
     )
-    sequences = prepare_sequences(config, cfg, target_dir, log)
+
+
+def train_and_save(config: DrafterTrainConfig, cfg: DSparkConfig, sequences: list[Sequence_],
+                   target: dict[str, torch.Tensor], log: Callable[[str], None] = print) -> tuple[Path, dict]:
     train, heldout = split_heldout(sequences, config.heldout_fraction, config.seed)
     log(f"training on {len(train)} sequences for {config.minutes:g} min; {len(heldout)} held out")
-    model, report = train_drafter(cfg, data.target_weights(target_dir), train, heldout, config, log)
+    model, report = train_drafter(cfg, target, train, heldout, config, log)
     return save_trained(model, report, config.output), report
 
 

@@ -2,7 +2,8 @@
 
 Per kind: exact-match rate (the extracted file equals the target), the share of the
 target's unchanged lines that the output reproduces exactly, parse rate, mean similarity, the
-cut-off rate (answers that ran to max_tokens, as a model that loops on a file does), and the
+cut-off rate (answers that ran to max_tokens, as a model that loops on a file does), the
+unchanged-answer rate (the file returned as it was where the instruction changes it), and the
 instruction check on the real answers (hsedit/edit/check.py): passed, failed, unchecked; passed
 but not exact (each to be read: a right answer laid out differently, or a false accept) and
 exact but failed (false rejects, which must be 0).
@@ -33,6 +34,9 @@ class Score:
     similarity: float
     cut_off: bool = False  # the answer ran to max_tokens before the file was complete
     check: bool | None = None  # the instruction check's verdict on this answer (None: unchecked)
+    # The file came back as it was although the instruction changes it: a model that learnt
+    # to copy when unsure (what a share of no-change training data may teach).
+    answered_unchanged: bool = False
 
     @property
     def passed_not_exact(self) -> bool:
@@ -70,6 +74,7 @@ class KindReport:
             "parses": round(self.mean("parses"), 3),
             "similarity": round(self.mean("similarity"), 3),
             "cut_off": round(self.mean("cut_off"), 3),
+            "answered_unchanged": round(self.mean("answered_unchanged"), 3),
             "check_passed": sum(s.check is True for s in self.scores),
             "check_failed": sum(s.check is False for s in self.scores),
             "unchecked": sum(s.check is None for s in self.scores),
@@ -103,6 +108,7 @@ def score(example: Example, output: str, cut_off: bool = False) -> Score:
         parses=parses,
         similarity=difflib.SequenceMatcher(a=example.after, b=output, autojunk=False).ratio(),
         cut_off=cut_off,
+        answered_unchanged=output == example.before != example.after,
     )
 
 

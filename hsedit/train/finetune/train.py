@@ -58,6 +58,7 @@ class TrainConfig:
     # over every run (None: constant after warm-up).
     budget_tokens: int | None = None
     stop_after_examples: int | None = None  # this run only (tests, and a run sized by examples)
+    device: str = "cpu"  # "cuda" on a lent GPU (hsedit/train/gpu_recipe.py)
 
 
 FLOOR = 0.1  # share of the peak learning rate a budgeted schedule ends at
@@ -101,7 +102,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
                 task_type="CAUSAL_LM",
             ),
         )
-    model.train()
+    model.to(config.device).train()
+    device_type = torch.device(config.device).type
     examples = load(config.data, split="train")
     encoded = [encode_example(tokenizer, e) for e in examples]
     encoded = [pair for pair in encoded if len(pair[0]) <= config.max_tokens]
@@ -161,8 +163,9 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
 
     for i in range(position, len(order)):
         ids, labels = encoded[order[i]]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
-            out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.bf16):
+            out = model(input_ids=torch.tensor([ids], device=config.device),
+                        labels=torch.tensor([labels], device=config.device))
         (out.loss / config.accumulation).backward()
         tokens_seen += len(ids)
         running.append(out.loss.item())
