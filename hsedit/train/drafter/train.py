@@ -23,8 +23,8 @@ import torch.nn.functional as F
 
 from hsedit.drafting.calibration import auc, ece, fit_sts, log_loss, survival_from_logits
 from hsedit.drafting.dspark import DSparkConfig, DSparkDrafter, draft_position_weights, save_drafter
-from hsedit.train.checkpoint import STATE_FILE, StopRequest, load_state, replace_directory, shuffled_pass
 from hsedit.errors import UsageError
+from hsedit.train.checkpoint import STATE_FILE, StopRequest, load_state, replace_directory, shuffled_pass
 from hsedit.train.drafter.data import Sequence_
 
 # DeepSpec's weights. A short run may raise the cross-entropy share (`ce_weight`): while the
