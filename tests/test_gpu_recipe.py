@@ -5,6 +5,7 @@ typer and rich do not exist, and the results brought back in files under the lim
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -79,8 +80,6 @@ def test_the_recipe_trains_both_models_without_vllm_and_they_come_back(tmp_path,
     assert len(manifest["gguf"]["parts"]) == 3 and len(gpu_recipe.calls(manifest)) == 3
 
     # There: each call sees only what it carries (the manifest, its part, the last one the data).
-    from pathlib import Path
-
     repo = Path(__file__).resolve().parent.parent
     received = tmp_path / "received"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(repo)}
