@@ -143,7 +143,7 @@ def apply(
 @app.command()
 def bench(
     tasks: Annotated[Optional[Path], typer.Option(help="Your own task file (JSON lines); default: the built-in workloads (light, heavy, snippet, chat, mixed).")] = None,
-    drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, copy, vllm-ngram, vllm-suffix, dspark, hybrid, each optionally with its maximum draft (hybrid@15, vllm-ngram@63; default 63 for hybrid, 15 for the others); plain decoding always runs.")] = "none,copy,dspark,hybrid",
+    drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, copy, vllm-ngram, vllm-suffix, dspark, hybrid, each optionally with its maximum draft (hybrid@15, vllm-ngram@63; default 31 for hybrid, 15 for the others); plain decoding always runs.")] = "none,copy,dspark,hybrid",
     batch_size: Annotated[str, typer.Option(help="Comma-separated batch sizes (concurrent requests).")] = "1,4",
     workloads: Annotated[Optional[str], typer.Option(help="Built-in workloads to run (comma-separated).")] = None,
     repeats: Annotated[int, typer.Option(help="Rounds over everything (methods interleaved).", min=1)] = 1,

@@ -17,6 +17,7 @@ from hsedit.train.drafter.train import (
     bigram_blocks,
     dspark_loss,
     greedy_blocks,
+    save_trained,
     train_drafter,
 )
 
@@ -123,6 +124,48 @@ def test_survival_is_non_increasing_along_the_chain():
     assert torch.allclose(block.survival, block.confidences.cumprod(1))
 
 
+def test_a_draft_vocabulary_drafts_the_best_tokens_among_its_own():
+    """FR-Spec's pruned head: with every token in it (in any order) the drafts are the full
+    head's; with a part, each slot drafts the best token of that part (Markov bias included),
+    and the fast copies of the heads draft the same."""
+    from hsedit.train.drafter.train import with_draft_vocab
+
+    model = random_drafter(seed=6)
+    vocab = model.config.vocab_size
+    caches = [filled_cache(model, length=n, seed=n) for n in (2, 9)]
+    full = model.draft(caches, [4, 8])
+    everything = with_draft_vocab(model, torch.randperm(vocab, generator=torch.Generator().manual_seed(0)))
+    assert torch.equal(everything.draft(caches, [4, 8]).tokens, full.tokens)
+
+    allowed = torch.tensor([t for t in range(vocab) if t not in set(full.tokens[:, 0].tolist())][:40])
+    part = with_draft_vocab(model, allowed)
+    drafted = part.draft(caches, [4, 8])
+    assert set(drafted.tokens.flatten().tolist()) <= set(allowed.tolist())
+    hidden = model.block_hidden(caches, torch.tensor([4, 8]))
+    prev = torch.tensor([4, 8])
+    for k in range(7):  # slot by slot, the best allowed token after the one drafted before it
+        logits = model.lm_head(hidden[:, k]) + model.markov_bias(prev)
+        prev = allowed[logits[:, allowed].argmax(-1)]
+        assert torch.equal(drafted.tokens[:, k], prev)
+    part.use_fast_head(torch.float32)
+    assert torch.equal(part.draft(caches, [4, 8]).tokens, drafted.tokens)
+
+
+def test_a_draft_vocabulary_survives_a_save_and_load(tmp_path):
+    from hsedit.train.drafter.train import with_draft_vocab
+
+    model = random_drafter(seed=7)
+    embed, head = model.embed_tokens.weight.detach().clone(), model.lm_head.weight.detach().clone()
+    part = with_draft_vocab(model, torch.arange(96, 56, -1))
+    save_drafter(part, tmp_path)  # weights in bf16, the vocabulary as integers (bf16 holds ids < 257 only)
+    from safetensors.torch import load_file
+
+    assert load_file(str(tmp_path / "model.safetensors"))["draft_vocab"].dtype == torch.int64
+    loaded = load_drafter(tmp_path)
+    loaded.share_target_embeddings(embed, head)
+    assert loaded.config.draft_vocab_size == 40 and torch.equal(loaded.draft_vocab, torch.arange(96, 56, -1))
+
+
 def test_incremental_context_equals_one_pass():
     model = random_drafter(seed=4)
     features = torch.randn(12, model.config.feature_size)
@@ -187,6 +230,12 @@ def test_a_gap_in_features_stops_drafting_for_that_request():
     assert runner.propose([("r", 1, 7)]) == {}
 
 
+def target_weights_of(template) -> dict:
+    """What `train_drafter` takes of a target: its embeddings and LM head (here a drafter's)."""
+    return {"model.embed_tokens.weight": template.embed_tokens.weight.detach(),
+            "lm_head.weight": template.lm_head.weight.detach()}
+
+
 def synthetic_sequences(model, count=6, length=40, seed=0):
     """Sequences whose 'target' is a fixed random function of the features, so there is signal."""
     g = torch.Generator().manual_seed(seed)
@@ -206,8 +255,7 @@ def test_training_lowers_the_dspark_loss():
     template = random_drafter()
     seqs = synthetic_sequences(template)
     cfg = tiny_config()
-    target = {"model.embed_tokens.weight": template.embed_tokens.weight.detach(),
-              "lm_head.weight": template.lm_head.weight.detach()}
+    target = target_weights_of(template)
     fresh = DSparkDrafter(cfg)
     fresh.share_target_embeddings(target["model.embed_tokens.weight"], target["lm_head.weight"])
     anchors = torch.arange(12, 30, 3)
@@ -228,8 +276,7 @@ def test_drafter_training_resumed_from_a_checkpoint_equals_one_run(tmp_path):
     6 sequences), give the weights of one 24-update run with the same schedule."""
     template = random_drafter()
     seqs = synthetic_sequences(template)
-    target = {"model.embed_tokens.weight": template.embed_tokens.weight.detach(),
-              "lm_head.weight": template.lm_head.weight.detach()}
+    target = target_weights_of(template)
 
     def run(checkpoint, steps):
         config = DrafterTrainConfig(minutes=5, max_steps=steps, learning_rate=3e-3, anchors=8,
@@ -253,6 +300,49 @@ def test_drafter_training_resumed_from_a_checkpoint_equals_one_run(tmp_path):
     with pytest.raises(UsageError, match="another shape"):
         train_drafter(tiny_config(anchor_feature=True), target, seqs, seqs[:2],
                       DrafterTrainConfig(max_steps=1, checkpoint=str(tmp_path / "split")), log=lambda _: None)
+
+
+def test_training_can_start_from_a_trained_drafter(tmp_path):
+    """--init-drafter: a run on other data starts from a trained drafter's weights (not random
+    ones) and counts the blocks that drafter saw; a drafter of another shape is refused."""
+    template = random_drafter()
+    seqs = synthetic_sequences(template)
+    target = target_weights_of(template)
+    first, report = train_drafter(tiny_config(), target, seqs, seqs[:2],
+                                  DrafterTrainConfig(max_steps=10, learning_rate=3e-3, anchors=8), log=lambda _: None)
+    save_trained(first, report, tmp_path / "first")
+    saved = load_drafter(tmp_path / "first").own_state_dict()
+
+    def run(steps):
+        config = DrafterTrainConfig(max_steps=steps, learning_rate=3e-3, anchors=8, init_drafter=str(tmp_path / "first"))
+        return train_drafter(tiny_config(), target, seqs[2:], seqs[:2], config, log=lambda _: None)
+
+    started, started_report = run(0)
+    for name, weight in started.own_state_dict().items():
+        assert torch.equal(weight, saved[name]), name
+    assert started_report["init"]["blocks_total"] == report["blocks_total"] > 0
+    assert started_report["blocks_all_runs"] == report["blocks_total"]
+    _, more = run(5)
+    assert more["blocks_all_runs"] == report["blocks_total"] + more["blocks_total"] > report["blocks_total"]
+    with pytest.raises(UsageError, match="another shape"):
+        train_drafter(tiny_config(anchor_feature=True), target, seqs, seqs[:2],
+                      DrafterTrainConfig(max_steps=1, init_drafter=str(tmp_path / "first")), log=lambda _: None)
+
+
+def test_training_with_a_draft_vocabulary_drafts_and_calibrates_within_it():
+    from collections import Counter
+
+    template = random_drafter()
+    seqs = synthetic_sequences(template)
+    target = target_weights_of(template)
+    config = DrafterTrainConfig(max_steps=5, anchors=8, draft_vocab=20)
+    model, report = train_drafter(tiny_config(), target, seqs[2:], seqs[:2], config, log=lambda _: None)
+    assert model.config.draft_vocab_size == 20 and len(set(model.draft_vocab.tolist())) == 20
+    answers = Counter(t for seq in seqs[2:] for t in seq.input_ids[seq.loss_mask].tolist())
+    assert answers.most_common(1)[0][0] in model.draft_vocab.tolist()
+    assert len(report["after_sts"]["acceptance_by_position"]) == 7
+    block = model.draft([filled_cache(model)], [5])
+    assert set(block.tokens.flatten().tolist()) <= set(model.draft_vocab.tolist())
 
 
 def test_calibration_measures():
@@ -326,8 +416,7 @@ def follows_n(follows, token, n):
 def test_training_reports_the_feature_ablation():
     template = random_drafter()
     seqs = synthetic_sequences(template)
-    target = {"model.embed_tokens.weight": template.embed_tokens.weight.detach(),
-              "lm_head.weight": template.lm_head.weight.detach()}
+    target = target_weights_of(template)
     config = DrafterTrainConfig(minutes=5, max_steps=5, anchors=8)
     _, report = train_drafter(tiny_config(), target, seqs, seqs[:3], config, log=lambda _: None)
     assert set(report["ablation"]) == {"real", "zeroed", "shifted", "other_sequence", "bigram"}

@@ -103,7 +103,8 @@ class CopyAcceptanceModel:
 
 
 class RequestOffset:
-    """One request's logit shift of the copy acceptance model, fit to its own verified copies.
+    """One request's logit shift of the copy acceptance model, fit to its own verified copies
+    (the planner shifts the DSpark drafter's confidences the same way, `observe_logits`).
 
     The model is fit on general text; an edit that copies a file unchanged keeps nearly every
     copied token, a rewrite few, and which one a request is shows after a few steps. The offset
@@ -120,12 +121,21 @@ class RequestOffset:
         self._logits: np.ndarray = np.empty(0)  # [n <= ADAPT_WINDOW]
         self._labels: np.ndarray = np.empty(0)  # [n]
 
+    @property
+    def observed(self) -> int:
+        """Judged positions it is fit on now."""
+        return len(self._labels)
+
     def observe(self, model: CopyAcceptanceModel, chain: VerifiedChain) -> float:
         """Add one verified chain's judged positions and refit; returns the new offset."""
         rows, labels, _ = labelled_positions([chain])
+        return self.observe_logits(rows @ np.asarray(model.coefficients), labels)
+
+    def observe_logits(self, logits: np.ndarray, labels: np.ndarray) -> float:
+        """Add judged positions as the model's logits [n] and outcomes [n] (1 kept, 0 not), refit."""
         if not len(labels):
             return self.value
-        self._logits = np.concatenate([self._logits, rows @ np.asarray(model.coefficients)])[-ADAPT_WINDOW:]
+        self._logits = np.concatenate([self._logits, logits])[-ADAPT_WINDOW:]
         self._labels = np.concatenate([self._labels, labels])[-ADAPT_WINDOW:]
         self.value = map_offset(self._logits, self._labels, self.prior, start=self.value)
         return self.value

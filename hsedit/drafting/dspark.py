@@ -60,6 +60,11 @@ class DSparkConfig:
     # the target's last state directly instead of finding it by attention. No new weights:
     # DeepSpec's checkpoints (without the field) load with it off.
     anchor_feature: bool = False
+    # FR-Spec's pruned head: draft only among this many tokens (those the target writes most
+    # often, stored as the `draft_vocab` tensor); 0 drafts over the whole vocabulary. On a CPU
+    # the LM head and the Markov head's output over 49k tokens are most of a pass; a token
+    # outside the set is never drafted, which costs acceptance only where it was right.
+    draft_vocab_size: int = 0
 
     def __post_init__(self) -> None:
         if self.markov_head_type != "vanilla" and self.markov_rank > 0:
@@ -115,7 +120,7 @@ class DSparkConfig:
     def to_dict(self) -> dict:
         own = asdict(self)
         extra = {k: own.pop(k) for k in ("sts_temperatures", "expected_survival", "shares_target_embeddings", "target",
-                                    "anchor_feature")}
+                                    "anchor_feature", "draft_vocab_size")}
         own["target_layer_ids"] = list(self.target_layer_ids)
         return {
             "architectures": [ARCHITECTURE],
@@ -345,7 +350,12 @@ class DSparkDrafter(nn.Module):
             self.confidence_head.proj = nn.Linear(width, 1)
         temperatures = list(cfg.sts_temperatures) or [1.0] * cfg.block_size
         self.register_buffer("sts_temperatures", torch.tensor(temperatures), persistent=False)
-        self._fast_head: torch.Tensor | None = None  # see use_fast_head
+        if cfg.draft_vocab_size:  # [draft_vocab_size] token ids, most frequent first
+            self.register_buffer("draft_vocab", torch.arange(cfg.draft_vocab_size))
+        # Inference's copies of the heads' rows for the draft vocabulary (see use_fast_head);
+        # without them (training, calibration) drafting reads the live weights.
+        self._fast_head: torch.Tensor | None = None
+        self._fast_markov: torch.Tensor | None = None
 
     # -- weights --------------------------------------------------------------------------
     def share_target_embeddings(self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:
@@ -425,27 +435,51 @@ class DSparkDrafter(nn.Module):
             cache.append([(k[part], v[part]) for k, v in new], rows[part] if keep_rows else None)
             start += len(f)
 
+    def set_draft_vocab(self, token_ids: torch.Tensor) -> None:
+        """Draft only among these token ids [draft_vocab_size] (FR-Spec); the config must say
+        their number."""
+        assert len(token_ids) == self.config.draft_vocab_size > 0
+        self.draft_vocab.copy_(token_ids)
+        if self._fast_head is not None:
+            self.use_fast_head(self._fast_head.dtype)
+
+    def _draft_rows(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The LM head's and the Markov head's output rows of the draft vocabulary (all rows
+        without one): [draft vocabulary, hidden], [draft vocabulary, markov_rank]."""
+        head = self.lm_head.weight.detach()
+        markov = None if self.markov_head is None else self.markov_head.markov_w2.weight.detach()
+        if self.config.draft_vocab_size:
+            head = head[self.draft_vocab]
+            markov = None if markov is None else markov[self.draft_vocab]
+        return head, markov
+
     def use_fast_head(self, dtype: torch.dtype | None) -> None:
-        """Draft with a copy of the LM head in `dtype` (None: the head itself). On CPUs with
-        bf16 matrix units the full-vocabulary head is most of a draft pass and bf16 reads half
-        the bytes; a draft only has to be good, not exact (the target verifies it)."""
-        self._fast_head = None if dtype is None else self.lm_head.weight.detach().to(dtype)
+        """For inference: draft with copies of the heads' rows of the draft vocabulary, the LM
+        head's in `dtype` (None: its own). On CPUs with bf16 matrix units the LM head is most of
+        a draft pass and bf16 reads half the bytes; a draft only has to be good, not exact (the
+        target verifies it). The copies do not follow later training."""
+        head, markov = self._draft_rows()
+        self._fast_head = head if dtype is None else head.to(dtype)
+        self._fast_markov = markov
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """LM head logits for drafting: [..., hidden] -> [..., vocab] float32."""
-        fast = self._fast_head
-        if fast is None:
-            return self.lm_head(hidden).float()
-        return F.linear(hidden.to(fast.dtype), fast).float()
+        """LM head logits for drafting: [..., hidden] -> [..., draft vocabulary] float32."""
+        head = self._fast_head if self._fast_head is not None else self._draft_rows()[0]
+        return F.linear(hidden.to(head.dtype), head).float()
 
     def greedy_chain(self, base_logits: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Markov head fed its own tokens: base logits [n, L, vocab] and anchor tokens [n]
-        -> (draft tokens [n, L], each slot's previous token [n, L]). Inference and the
-        training-time calibration both draft through here."""
+        """The Markov head fed its own tokens: base logits [n, L, draft vocabulary] (from
+        `draft_logits`) and anchor tokens [n] -> (draft tokens [n, L], each slot's previous
+        token [n, L]). Inference and the training-time calibration both draft through here."""
+        markov = self._fast_markov if self._fast_head is not None else self._draft_rows()[1]
         tokens, prevs, prev = [], [], anchors
         for k in range(self.config.block_size):
             prevs.append(prev)
-            prev = (base_logits[:, k] + self.markov_bias(prev).float()).argmax(-1)
+            logits = base_logits[:, k]
+            if markov is not None:  # markov_bias, for the draft vocabulary's tokens only
+                logits = logits + F.linear(self.markov_head.markov_w1(prev), markov).float()
+            choice = logits.argmax(-1)
+            prev = self.draft_vocab[choice] if self.config.draft_vocab_size else choice
             tokens.append(prev)
         return torch.stack(tokens, dim=1), torch.stack(prevs, dim=1)
 
@@ -513,7 +547,8 @@ def save_drafter(model: DSparkDrafter, directory: Path, dtype: torch.dtype = tor
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to(dtype).contiguous() for k, v in model.own_state_dict().items()}
+    state = {k: (v.detach().to(dtype) if v.is_floating_point() else v.detach()).contiguous()
+             for k, v in model.own_state_dict().items()}
     save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
     (directory / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
 

@@ -41,9 +41,9 @@ class RowView:
 # A request the model drafter skipped moves its DSpark estimate this far towards the batch's
 # running mean each step, so a low estimate is retried once the mean says it may pay again.
 ESTIMATE_DRIFT = 0.25
-# Weight of the newest value in the planner's running means: a finished request's copy offset
-# (new requests start from it; few requests finish, so each counts for more) and a verified
-# DSpark chain's survival (one per request-step: many, so each counts for less).
+# Weight of the newest value in the planner's running means: a finished request's copy and
+# DSpark offsets (new requests start from them; few requests finish, so each counts for more)
+# and a verified DSpark chain's survival (one per request-step: many, so each counts for less).
 COPY_OFFSET_WEIGHT = 0.2
 MODEL_SURVIVAL_WEIGHT = 0.1
 
@@ -56,6 +56,13 @@ class _RequestState:
     records: list[StepRecord] = field(default_factory=list)
     model_estimate: list[float] | None = None  # expected survival of its next DSpark chain
     copy_offset: RequestOffset = field(default_factory=RequestOffset)  # its shift of the copy acceptance model
+    # Its shift of the DSpark drafter's confidences: they are calibrated on the trainer's held-out
+    # data, and a request unlike it (chat for a drafter of code) keeps far fewer of its tokens.
+    model_offset: RequestOffset = field(default_factory=RequestOffset)
+    # The DSpark chain proposed last step, verified or not, as (tokens, logits of its raw
+    # confidences): at temperature 0 the tokens the target emits next are what it would have
+    # kept of any chain, so every chain it drafts is judged, not only those the selector chose.
+    model_proposed: tuple[list[int], np.ndarray] | None = None
     alignment: Alignment = field(default_factory=Alignment)  # where the output stands in what it copies
     # Tokens the answer is expected to repeat (a Predicted Output): indexed before the context.
     reference: tuple[int, ...] = ()
@@ -97,6 +104,7 @@ class DraftPlanner:
         # New requests start from the offsets finished requests learnt: an engine that serves edits
         # trusts copies from the first step, one that serves chat does not.
         self._copy_offset_mean = 0.0
+        self._model_offset_mean = 0.0  # the same for the DSpark confidences' shift
         self.model_drafted = 0  # request-steps the model drafter ran for (the rest it skipped)
         self.model_skipped = 0
         # When set, every request gets this many filler draft tokens: a real verification of a
@@ -117,6 +125,11 @@ class DraftPlanner:
             if record.copy_features is not None and self.copy_acceptance is not None:
                 verified = VerifiedChain(record.copy_features, record.drafted, record.matched)
                 state.copy_offset.observe(self.copy_acceptance, verified)
+            if state.model_proposed is not None:
+                tokens, logits = state.model_proposed
+                labels = judged_positions(tokens, record.emitted)
+                state.model_offset.observe_logits(logits[: len(labels)], labels)
+                state.model_proposed = None
             _sync_index(state, row.context)
             state.alignment.observe(state.pending, record.matched, record.emitted, state.index.tokens)
             live.append((i, row, state))
@@ -168,6 +181,9 @@ class DraftPlanner:
         if state is not None and state.copy_offset.value != state.copy_offset.prior:
             w = COPY_OFFSET_WEIGHT
             self._copy_offset_mean = (1 - w) * self._copy_offset_mean + w * state.copy_offset.value
+        if state is not None and state.model_offset.observed:
+            w = COPY_OFFSET_WEIGHT
+            self._model_offset_mean = (1 - w) * self._model_offset_mean + w * state.model_offset.value
         if self.model_drafter is not None:
             self.model_drafter.release(req_id)
 
@@ -224,6 +240,7 @@ class DraftPlanner:
         for i in wanted:
             row, state = live[i]
             if row.req_id in chains:
+                shift_model_chain(state, chains[row.req_id])
                 self._learn_model_estimate(state, chains[row.req_id])
         return chains
 
@@ -256,7 +273,11 @@ class DraftPlanner:
     def _state_for(self, req_id: str) -> _RequestState:
         state = self._states.get(req_id)
         if state is None:
-            state = self._states[req_id] = _RequestState(CopyIndex(self.min_match), copy_offset=RequestOffset(self._copy_offset_mean))
+            state = self._states[req_id] = _RequestState(
+                CopyIndex(self.min_match),
+                copy_offset=RequestOffset(self._copy_offset_mean),
+                model_offset=RequestOffset(self._model_offset_mean),
+            )
             while len(self._states) > MAX_TRACKED_REQUESTS:
                 self._states.popitem(last=False)
         else:
@@ -274,6 +295,28 @@ def _verification_record(chain: DraftChain | None, sampled: Sequence[int], price
             break
         accepted += 1
     return StepRecord(chain.source, len(chain), accepted, emitted, chain.copy_features, price)
+
+
+def judged_positions(tokens: Sequence[int], emitted: Sequence[int]) -> np.ndarray:
+    """Outcomes [n] of a chain's first positions against the tokens the target emitted after
+    it: 1 while they agree, then one 0 where they part; positions past `emitted` are unjudged."""
+    labels = []
+    for draft_token, token in zip(tokens, emitted):
+        labels.append(float(draft_token == token))
+        if draft_token != token:
+            break
+    return np.array(labels)
+
+
+def shift_model_chain(state: _RequestState, chain: DraftChain) -> None:
+    """Apply the request's offset to a DSpark chain's confidences (and so its survival), and
+    keep the chain to judge next step."""
+    raw = np.clip(np.asarray(chain.confidences, dtype=float), 1e-6, 1 - 1e-6)  # [len(chain)]
+    logits = np.log(raw) - np.log1p(-raw)
+    state.model_proposed = (list(chain.tokens), logits)
+    shifted = 1.0 / (1.0 + np.exp(-(logits + state.model_offset.value)))
+    chain.confidences = shifted.tolist()
+    chain.survival = np.cumprod(shifted).tolist()
 
 
 def _sync_index(state: _RequestState, context: np.ndarray) -> None:

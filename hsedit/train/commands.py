@@ -135,25 +135,29 @@ def drafter_train(
     target: Annotated[Optional[str], typer.Option(help="Target model, as --model takes it (default: embedded).")] = None,
     corpus: Annotated[Optional[list[Path]], typer.Option(help="JSON-lines prompt files the target answers ({\"turns\": [...]} or {\"prompt\": ...}); repeatable.")] = None,
     max_prompts: Annotated[int, typer.Option(min=0)] = 400,
+    general_prompts: Annotated[int, typer.Option(help="Our own general chat prompts (writing, role play, reasoning, maths, extraction, science, humanities) the target answers too.", min=0)] = 0,
     edit_examples: Annotated[int, typer.Option(help="Generated edit examples added to the data.", min=0)] = 200,
     minutes: Annotated[float, typer.Option(help="Training time budget.", min=0.1)] = 60.0,
-    max_updates: Annotated[Optional[int], typer.Option(help="Stop this run after this many updates (with --checkpoint, the next run continues: a budget curve's points).", min=1)] = None,
+    max_updates: Annotated[Optional[int], typer.Option(help="Stop this run after this many updates (with --checkpoint, the next run continues: a budget curve's points; 0 with --init-drafter only recalibrates it, e.g. for --draft-vocab).", min=0)] = None,
     draft_layers: Annotated[int, typer.Option(min=1)] = 1,
     markov_rank: Annotated[int, typer.Option(min=0)] = 32,
     anchor_feature: Annotated[bool, typer.Option(help="EAGLE's input: the anchor row also reads the target's state before it (no new weights).")] = False,
+    draft_vocab: Annotated[int, typer.Option(help="Draft only among the N tokens the target writes most often in the training answers (FR-Spec: a cheaper pass); 0: the whole vocabulary.", min=0)] = 0,
     ce_weight: Annotated[Optional[float], typer.Option(help="Cross-entropy share of the token loss, the L1 term gets the rest (default: DeepSpec's 0.1); short runs may raise it.", min=0.0, max=1.0)] = None,
     learning_rate: Annotated[float, typer.Option()] = 1e-3,
     data_cache: Annotated[Optional[Path], typer.Option(help="Keep prepared sequences here and reuse them.")] = None,
     checkpoint: Annotated[Optional[Path], typer.Option(help="Resume from and save to this directory (weights, optimizer, data position, RNG): runs accumulate; SIGTERM saves.")] = None,
     budget_updates: Annotated[Optional[int], typer.Option(help="With --checkpoint: decay the learning rate over this many updates, counted over every run.", min=1)] = None,
+    init_drafter: Annotated[Optional[Path], typer.Option(help="Start from this trained drafter's weights (same shape), e.g. hsedit/models/dspark, instead of random ones.")] = None,
 ) -> None:
     """Generate target data, train backbone + Markov + confidence heads, fit STS, save."""
     from hsedit.train.drafter.train import DrafterTrainConfig, run
 
     config = DrafterTrainConfig(
         target=target, output=str(out), corpus=[str(c) for c in corpus or []], max_prompts=max_prompts,
+        general_prompts=general_prompts, init_drafter=str(init_drafter) if init_drafter else None,
         edit_examples=edit_examples, minutes=minutes, max_steps=max_updates, draft_layers=draft_layers, markov_rank=markov_rank,
-        anchor_feature=anchor_feature, learning_rate=learning_rate, data_cache=str(data_cache) if data_cache else None,
+        anchor_feature=anchor_feature, draft_vocab=draft_vocab, learning_rate=learning_rate, data_cache=str(data_cache) if data_cache else None,
         checkpoint=str(checkpoint) if checkpoint else None, budget_updates=budget_updates,
         **({"ce_weight": ce_weight} if ce_weight is not None else {}),
     )

@@ -217,7 +217,8 @@ def train(minutes: float, out: Path, pack_dir: Path = PACK_DIR, received: Path =
     shutil.copyfile(DEFAULT_ADAPTER / "adapter_config.json", adapter_dir / "adapter_config.json")
     target_dir = merged_model(base, adapter_dir)
     sequences = torch.load(pack_dir / "dspark-sequences.pt", weights_only=False)
-    config = DrafterTrainConfig(output=str(work / "dspark"), device=device, anchor_feature=True)
+    # The shipped drafter's shape: the anchor input, drafting among the 4,096 most frequent tokens.
+    config = DrafterTrainConfig(output=str(work / "dspark"), device=device, anchor_feature=True, draft_vocab=4096)
     cfg = drafter_config(config, str(target_dir))
     prepared = target_features(str(target_dir), cfg, sequences, log, device=device)
     # The last minute is for the evaluation on the held-out blocks and writing the files.

@@ -38,6 +38,7 @@ class DrafterTrainConfig:
     output: str = "drafter"
     corpus: list[str] = field(default_factory=list)  # JSON-lines prompt files, answered by the target
     max_prompts: int = 400
+    general_prompts: int = 0  # our own general chat prompts (drafter/prompts.py), answered by the target
     edit_examples: int = 200  # generated edit examples (train split only)
     minutes: float = 60.0
     max_steps: int | None = None  # stop earlier after this many updates
@@ -47,6 +48,7 @@ class DrafterTrainConfig:
     draft_layers: int = 1
     markov_rank: int = 32
     anchor_feature: bool = False  # EAGLE's input for the anchor row (DSparkConfig.anchor_feature)
+    draft_vocab: int = 0  # draft among this many tokens, the training answers' most frequent (0: all)
     device: str = "cpu"  # where updates run ("cuda" on a lent GPU); evaluation runs on the CPU
     heldout_fraction: float = 0.1
     seed: int = 0
@@ -58,7 +60,9 @@ class DrafterTrainConfig:
     # With a checkpoint: the learning rate decays linearly to 5% over this many updates, counted
     # over every run (without: over this run's time budget).
     budget_updates: int | None = None
-
+    # Start from this drafter's weights (same shape) instead of random ones: a drafter trained on
+    # other data keeps what it learnt (a checkpoint cannot change its data; this can).
+    init_drafter: str | None = None
 
 
 # -- loss -----------------------------------------------------------------------------------
@@ -260,13 +264,17 @@ def train_drafter(
     if state is not None and state.get("shape", shape) != shape:
         raise UsageError(f"{config.checkpoint} holds a drafter of another shape ({state['shape']}): resume it "
                          "with the same --draft-layers, --markov-rank and --anchor-feature, or give a new --checkpoint")
+    init = None
     if state is None:
         order, position, step, blocks, history, running = shuffled_pass(rng, len(train)), 0, 0, 0, [], {}
+        if config.init_drafter:
+            init = start_from(model, config.init_drafter, shape)
+            log(f"starting from {config.init_drafter} ({init['steps']} updates, {init['blocks_total']} blocks)")
     else:
         model.load_state_dict(state["model"], strict=False)  # the shared embeddings are the target's
         optimizer.load_state_dict(state["optimizer"])
         order, position, step, blocks = state["order"], state["position"], state["step"], state["blocks"]
-        history, running = state["history"], state["running"]
+        history, running, init = state["history"], state["running"], state.get("init")
         rng.setstate(state["rng"])
         generator.set_state(state["generator"])
         log(f"resumed {config.checkpoint}: update {step}, {blocks} blocks seen in all")
@@ -279,6 +287,7 @@ def train_drafter(
             "model": model.own_state_dict(), "optimizer": optimizer.state_dict(), "order": order,
             "position": position, "step": step, "blocks": blocks, "history": history, "running": running,
             "rng": rng.getstate(), "generator": generator.get_state(), "data": data_id, "shape": shape,
+            "init": init,
         })
 
     try:
@@ -329,6 +338,9 @@ def train_drafter(
     if config.checkpoint:
         save()
     model.to("cpu").eval()
+    if config.draft_vocab:  # chosen after training: it changes how the drafter drafts, not its weights
+        model = with_draft_vocab(model, frequent_tokens(train, config.draft_vocab, cfg.vocab_size))
+        cfg = model.config
     logits, accepted, valid = greedy_blocks(model, heldout)
     half = len(logits) // 2  # fit STS on one half of the held-out blocks, report on the other
     survived = np.cumprod(accepted, axis=1)
@@ -341,6 +353,9 @@ def train_drafter(
         "ablation": ablation,
         "steps": step,  # over every run of the checkpoint
         "blocks_total": blocks,
+        # The drafter this one started from, and the blocks seen counting its training too.
+        "init": init,
+        "blocks_all_runs": blocks + (init["blocks_all_runs"] if init else 0),
         "minutes": round((time.monotonic() - started) / 60, 1),
         "train_sequences": len(train),
         "heldout_sequences": len(heldout),
@@ -364,7 +379,49 @@ def train_drafter(
 
 def drafter_shape(cfg: DSparkConfig) -> dict:
     """What a checkpoint's weights mean: the config without what training fits at the end."""
-    return {k: v for k, v in asdict(cfg).items() if k not in ("sts_temperatures", "expected_survival", "target")}
+    fitted_at_the_end = ("sts_temperatures", "expected_survival", "target", "draft_vocab_size")
+    return {k: v for k, v in asdict(cfg).items() if k not in fitted_at_the_end}
+
+
+def frequent_tokens(sequences: Sequence[Sequence_], count: int, vocab_size: int) -> torch.Tensor:
+    """The `count` tokens the target writes most often in these answers, most frequent first,
+    filled up with the lowest ids not among them (a BPE vocabulary's earliest merges)."""
+    counts = Counter(t for seq in sequences for t in seq.input_ids[seq.loss_mask].tolist())
+    ranked = [t for t, _ in counts.most_common(count)]
+    seen = set(ranked)
+    ranked += [t for t in range(vocab_size) if t not in seen][: count - len(ranked)]
+    return torch.tensor(ranked[:count], dtype=torch.long)
+
+
+def with_draft_vocab(model: DSparkDrafter, token_ids: torch.Tensor) -> DSparkDrafter:
+    """The same drafter, drafting only among `token_ids`."""
+    out = DSparkDrafter(replace(model.config, draft_vocab_size=len(token_ids)))
+    if model.config.shares_target_embeddings:
+        out.share_target_embeddings(model.embed_tokens.weight.detach(), model.lm_head.weight.detach())
+    out.load_state_dict(model.own_state_dict(), strict=False)  # all but the draft vocabulary
+    out.set_draft_vocab(token_ids)
+    return out.to(next(model.parameters()).dtype).eval()
+
+
+def start_from(model: DSparkDrafter, directory: str, shape: dict) -> dict:
+    """Load a trained drafter's own weights into `model` (the shared embeddings stay the
+    target's); returns what it had seen: {drafter, steps, blocks_total, blocks_all_runs}."""
+    from hsedit.drafting.dspark import load_drafter
+
+    try:
+        trained = load_drafter(directory)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot start from {directory}: {exc}") from exc
+    if drafter_shape(trained.config) != shape:
+        raise UsageError(f"{directory} is a drafter of another shape: start from it with the same "
+                         "--draft-layers, --markov-rank and --anchor-feature")
+    model.load_state_dict(trained.own_state_dict(), strict=False)
+    report = {}
+    if (Path(directory) / "training.json").is_file():
+        report = json.loads((Path(directory) / "training.json").read_text())
+    blocks = int(report.get("blocks_total", 0))
+    return {"drafter": str(directory), "steps": int(report.get("steps", 0)), "blocks_total": blocks,
+            "blocks_all_runs": int(report.get("blocks_all_runs", blocks))}
 
 
 def sequences_id(sequences: Sequence[Sequence_]) -> str:
@@ -406,8 +463,10 @@ def prepare_sequences(config: DrafterTrainConfig, cfg: DSparkConfig, target_dir:
     from hsedit.train.drafter import data
 
     cache = Path(config.data_cache) if config.data_cache else None
-    key = json.dumps([target_dir, config.corpus, config.max_prompts, config.edit_examples, config.seed,
-                      list(cfg.target_layer_ids)])
+    key = [target_dir, config.corpus, config.max_prompts, config.edit_examples, config.seed, list(cfg.target_layer_ids)]
+    if config.general_prompts:  # (absent otherwise: caches made before the option still match)
+        key.append(config.general_prompts)
+    key = json.dumps(key)
     if cache and cache.is_file():
         saved = torch.load(cache, weights_only=False)
         if saved.get("key") == key:
@@ -415,11 +474,13 @@ def prepare_sequences(config: DrafterTrainConfig, cfg: DSparkConfig, target_dir:
             return saved["sequences"]
     sequences = []
     from hsedit.engine.engine import Engine, EngineOptions
+    from hsedit.train.drafter.prompts import general_prompts
     from hsedit.train.finetune.dataset import generate
 
     engine = Engine(EngineOptions(model=config.target, profile_costs=False))
     try:
         prompts = data.read_prompts(config.corpus, config.max_prompts, config.seed) if config.corpus else []
+        prompts += general_prompts(config.general_prompts, config.seed)
         log(f"answering {len(prompts)} prompts with the target")
         sequences += data.chat_sequences(engine, prompts)
         examples = [e for e in generate(seed=config.seed, limit_per_kind=max(1, config.edit_examples // 8))
