@@ -289,23 +289,27 @@ def _verification_record(chain: DraftChain | None, sampled: Sequence[int], price
     emitted = tuple(int(t) for t in sampled)
     if chain is None:
         return StepRecord(source=None, drafted=0, matched=0, emitted=emitted, price=price)
-    accepted = 0
-    for draft_token, token in zip(chain.tokens, emitted[:-1]):
+    # The last emitted token is the target's own: a draft token can only be kept before it.
+    accepted = _leading_matches(chain.tokens, emitted[:-1])
+    return StepRecord(chain.source, len(chain), accepted, emitted, chain.copy_features, price)
+
+
+def _leading_matches(draft: Sequence[int], emitted: Sequence[int]) -> int:
+    """How many draft tokens agree with the emitted ones before the first that does not."""
+    count = 0
+    for draft_token, token in zip(draft, emitted):
         if draft_token != token:
             break
-        accepted += 1
-    return StepRecord(chain.source, len(chain), accepted, emitted, chain.copy_features, price)
+        count += 1
+    return count
 
 
 def judged_positions(tokens: Sequence[int], emitted: Sequence[int]) -> np.ndarray:
     """Outcomes [n] of a chain's first positions against the tokens the target emitted after
     it: 1 while they agree, then one 0 where they part; positions past `emitted` are unjudged."""
-    labels = []
-    for draft_token, token in zip(tokens, emitted):
-        labels.append(float(draft_token == token))
-        if draft_token != token:
-            break
-    return np.array(labels)
+    kept = _leading_matches(tokens, emitted)
+    parted = kept < min(len(tokens), len(emitted))
+    return np.array([1.0] * kept + [0.0] * parted)
 
 
 def shift_model_chain(state: _RequestState, chain: DraftChain) -> None:
