@@ -6,15 +6,16 @@ Knows no terminal: progress goes to an `on_step` callback, problems are `HseditE
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from hsedit.edit.check import CheckVerdict, check_edit
+from hsedit.edit.check import CheckVerdict, check_intent
 from hsedit.edit.diff import unified_diff
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile, check_writable, read_source, write_if_unchanged
 from hsedit.edit.guard import DEFAULT_MAX_DELETION, GuardVerdict, check_answer
+from hsedit.edit.intent import Intent, parse_intent
 from hsedit.edit.prompt import CLOSING_FENCE, ApplyPrompt
 from hsedit.edit.validate import Validation, validate
 from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
@@ -62,6 +63,8 @@ class EditResult:
     check: CheckVerdict  # does the answer do what the instruction asks (ok None: not checked)
     stats: RequestStats
     closed: bool
+    scope: str = "file"  # the whole file in one request, or "regions" (hsedit/scope.py)
+    regions: list[dict] = field(default_factory=list)  # with regions: each one's lines, attempts, check
 
     @property
     def changed(self) -> bool:
@@ -97,6 +100,8 @@ class EditResult:
             "guard": self.guard.as_dict(),
             "check": self.check.as_dict(),
             "stats": self.stats.as_dict(),
+            "scope": self.scope,
+            "regions": self.regions,
         }
 
 
@@ -200,7 +205,12 @@ class EmbeddedRunner:
                 started.append((index, request))
                 yield request
 
-        finished = self.engine.generate_each(requests(), max_in_flight=max_in_flight, on_step=on_step)
+        def keyed(event: StepEvent) -> None:  # events carry the job's position, as a server's do
+            on_step(replace(event, key=started[event.key][0]))
+
+        finished = self.engine.generate_each(
+            requests(), max_in_flight=max_in_flight, on_step=keyed if on_step is not None else None
+        )
         for position, generation in finished:
             yield from _drain(refused)
             index, request = started[position]
@@ -211,22 +221,6 @@ class EmbeddedRunner:
 def _drain(items: list[GeneratedEdit]) -> Iterator[GeneratedEdit]:
     while items:
         yield items.pop(0)
-
-
-def run_edit(
-    runner: EditRunner,
-    job: EditJob,
-    *,
-    max_tokens: int | None = None,
-    temperature: float = 0.0,
-    seed: int | None = None,
-    on_step: Callable[[StepEvent], None] | None = None,
-    max_deletion: float = DEFAULT_MAX_DELETION,
-) -> EditResult:
-    (done,) = runner.generate([job], max_tokens=max_tokens, temperature=temperature, seed=seed, on_step=on_step)
-    if done.error is not None:
-        raise done.error
-    return finish_edit(job, done.generation, done.request, max_deletion=max_deletion)
 
 
 def finish_edit(
@@ -241,17 +235,38 @@ def finish_edit(
     # Generation stops on the closing fence and leaves it out; put it back for the extractor.
     answer = generation.text + (FENCE_STOP if generation.stats.finish_reason == "stop" else "")
     extracted = extract_file(answer, job.source.text)
-    new_text = job.source.restore(extracted.text)
+    return judge(job, extracted.text, completion=answer, stats=generation.stats, closed=extracted.closed,
+                 max_deletion=max_deletion)
+
+
+def judge(
+    job: EditJob,
+    new_text: str,
+    *,
+    completion: str,
+    stats: RequestStats,
+    closed: bool,
+    max_deletion: float = DEFAULT_MAX_DELETION,
+    scope: str = "file",
+    regions: list[dict] | None = None,
+    intent: Intent | None = None,
+) -> EditResult:
+    """The new text (LF line ends, the whole file) validated, guarded, checked and diffed: what
+    every answer goes through, a whole file's or one spliced from regions."""
+    intent = intent if intent is not None else parse_intent(job.instruction, job.update)
+    restored = job.source.restore(new_text)
     return EditResult(
         job=job,
-        completion=answer,
-        new_text=new_text,
-        diff=unified_diff(job.source.original, new_text, job.display_path),
-        validation=validate(job.source.path, extracted.text),
-        guard=check_answer(job.source.text, extracted.text, job.instruction, max_deletion=max_deletion),
-        check=check_edit(job.source.path, job.source.text, extracted.text, job.instruction, job.update),
-        stats=generation.stats,
-        closed=extracted.closed,
+        completion=completion,
+        new_text=restored,
+        diff=unified_diff(job.source.original, restored, job.display_path),
+        validation=validate(job.source.path, new_text),
+        guard=check_answer(job.source.text, new_text, job.instruction, max_deletion=max_deletion),
+        check=check_intent(job.source.path, job.source.text, new_text, intent),
+        stats=stats,
+        closed=closed,
+        scope=scope,
+        regions=regions or [],
     )
 
 

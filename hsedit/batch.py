@@ -25,11 +25,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from hsedit.apply import EditJob, EditResult, EditRunner, finish_edit, write_result
+from hsedit.apply import EditJob, EditResult, EditRunner, write_result
+from hsedit.config import AUTO
 from hsedit.edit.files import read_source
 from hsedit.edit.guard import DEFAULT_MAX_DELETION
-from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
+from hsedit.engine.requests import StepEvent
 from hsedit.errors import HseditError, UsageError
+from hsedit.scope import generate_edits
 from hsedit.tasks import is_edit, task_lines
 
 OK, UNCHANGED, FAILED = "ok", "unchanged", "failed"
@@ -158,9 +160,11 @@ def run_batch(
     max_batch: int = 8,
     max_tokens: int | None = None,
     max_deletion: float = DEFAULT_MAX_DELETION,
+    scope: str = AUTO,
     on_step: Callable[[StepEvent], None] | None = None,
     on_done: Callable[[TaskOutcome], None] | None = None,
 ) -> list[TaskOutcome]:
+    """`max_batch`: requests in the engine at once (an edit by regions makes one per region)."""
     journal = ResultsJournal(results_file)
     pending = journal.pending(tasks, write=write)
     outcomes: list[TaskOutcome] = []
@@ -186,33 +190,20 @@ def run_batch(
             started.append((task, job))
             yield job
 
-    for done in runner.generate(jobs(), max_tokens=max_tokens, max_in_flight=max_batch, on_step=on_step):
-        task, job = started[done.index]
-        if done.error is not None:
-            record(_failure(task, done.error))
+    finished = generate_edits(
+        runner, jobs(), scope=scope, max_tokens=max_tokens, max_in_flight=max_batch, on_step=on_step,
+        max_deletion=max_deletion,
+    )
+    for index, result in finished:
+        task, _job = started[index]
+        if isinstance(result, HseditError):
+            record(_failure(task, result))
             continue
-        outcome = finish_task(
-            task, job, done.request, done.generation, journal, write=write, force=force, max_deletion=max_deletion
-        )
-        record(outcome)
+        record(finish_task(task, result, journal, write=write, force=force))
     return outcomes
 
 
-def finish_task(
-    task: BatchTask,
-    job: EditJob,
-    request: GenerationRequest,
-    generation: Generation,
-    journal: ResultsJournal,
-    *,
-    write: bool,
-    force: bool,
-    max_deletion: float,
-) -> TaskOutcome:
-    try:
-        result: EditResult = finish_edit(job, generation, request, max_deletion=max_deletion)
-    except HseditError as error:
-        return _failure(task, error, generation.stats.as_dict())
+def finish_task(task: BatchTask, result: EditResult, journal: ResultsJournal, *, write: bool, force: bool) -> TaskOutcome:
     stats = result.stats.as_dict()
     check = result.check.as_dict()
     refusal = result.refusal()

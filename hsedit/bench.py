@@ -6,8 +6,16 @@ concurrently in one engine (the workload's tasks, repeated if there are fewer th
 output is checked token for token against plain decoding at the same batch size: a drafter
 that changes the output is a bug, not a speedup.
 
-A method is a drafter name, optionally with its maximum draft: `hybrid@15`, `vllm-ngram@63`
-(without: the engine's default, 63 for the hybrid and 15 for the others). vLLM's own drafters
+A method is a drafter name, optionally with its maximum draft and the target's dtype:
+`hybrid@15`, `vllm-ngram@63`, `hybrid:float32` (without: the engine's defaults, 31 for the
+hybrid and 15 for the others, and `--dtype auto`). Every dtype in use gets its own plain
+decoding, which its methods are compared with and checked against.
+
+A workload runs at each scope asked for (`--scope file,regions`): the whole file per edit, or
+the regions `hsedit apply --scope regions` sends, each region a request (a workload of edits it
+cannot cut runs whole). `s/run` is the time the workload's requests took at that batch size, so
+two scopes of one workload compare by it; `of file` is the tokens generated over the tokens of
+the files edited. vLLM's own drafters
 run each in a process of its own: once one has loaded numba, vLLM 0.32 on CPU starts no further
 engine in that process. Every row also gets the all-accepted limit of its workload: prefilling
 each group's prompts (as measured) plus verifying its answers in maximal chains (from the cost
@@ -38,21 +46,24 @@ from hsedit.errors import OutputTruncatedError, UsageError
 from hsedit.tasks import is_edit, task_lines
 
 DEFAULT_METHODS = (NO_DRAFTER, COPY, DSPARK, HYBRID)
-BUILTIN_WORKLOADS = ("light", "heavy", "snippet", "chat", "mixed")
+BUILTIN_WORKLOADS = ("light", "heavy", "snippet", "chat", "mixed", "large")
+SCOPE_SUFFIX = "·regions"
 CHAT_MAX_TOKENS = 192
 
 
 @dataclass(frozen=True)
 class BenchTask:
     name: str
-    job: EditJob | None = None  # an edit ...
+    job: EditJob | None = None  # an edit (or one region of it) ...
     chat: str | None = None  # ... or a chat prompt
+    file_tokens_of: EditJob | None = None  # the whole edit this task is (part of): its file counts once
 
 
 @dataclass(frozen=True)
 class Workload:
     name: str
     tasks: list[BenchTask]
+    scope: str = "file"  # file: whole files; regions: each edit's regions as requests of their own
 
 
 @dataclass
@@ -62,6 +73,9 @@ class Cell:
     workload: str
     batch_size: int
     method: str
+    scope: str = "file"
+    runs: int = 0  # times the whole workload ran (its groups, once each)
+    file_tokens: int = 0  # tokens of the files its edits rewrote, summed over runs
     tokens: int = 0
     seconds: float = 0.0
     request_steps: int = 0  # engine steps summed over requests
@@ -82,6 +96,15 @@ class Cell:
     # time until every group's first token (prefill, mostly), both summed over runs.
     limit_seconds: float = 0.0
     prefill_seconds: float = 0.0
+
+    @property
+    def seconds_per_run(self) -> float | None:
+        return self.seconds / self.runs if self.runs else None
+
+    @property
+    def of_file(self) -> float | None:
+        """Tokens generated over the tokens of the files edited."""
+        return self.tokens / self.file_tokens if self.file_tokens else None
 
     @property
     def limit_share(self) -> float | None:
@@ -151,13 +174,16 @@ class BenchReport:
     def ratio_to_best(self, cell: Cell, family: str) -> float | None:
         """Against the fastest of a drafter's settings (`vllm-ngram`, `vllm-ngram@63`, ...)."""
         rivals = [c for c in self.cells if (c.workload, c.batch_size) == (cell.workload, cell.batch_size)
-                  and method_name(c.method) == family and c.tokens_per_second]
+                  and method_name(c.method) == family and dtype_of(c.method) == dtype_of(cell.method)
+                  and c.tokens_per_second]
         if not rivals or not cell.tokens_per_second:
             return None
         return cell.tokens_per_second / max(c.tokens_per_second for c in rivals)
 
     def ratio(self, cell: Cell, baseline: str) -> float | None:
-        base = self.cell(cell.workload, cell.batch_size, baseline)
+        """Against `baseline` (a drafter name) at the cell's own dtype."""
+        dtype = dtype_of(cell.method)
+        base = self.cell(cell.workload, cell.batch_size, baseline if dtype == "auto" else f"{baseline}:{dtype}")
         if base is None or not base.tokens_per_second or not cell.tokens_per_second:
             return None
         return cell.tokens_per_second / base.tokens_per_second
@@ -179,6 +205,9 @@ class BenchReport:
                     "workload": c.workload,
                     "batch_size": c.batch_size,
                     "method": c.method,
+                    "scope": c.scope,
+                    "seconds_per_run": _round(c.seconds_per_run),
+                    "tokens_of_file": _round(c.of_file),
                     "skipped": c.skipped,
                     "tokens": c.tokens,
                     "seconds": round(c.seconds, 3),
@@ -213,15 +242,67 @@ def builtin_workloads(names: Sequence[str] = BUILTIN_WORKLOADS) -> list[Workload
     return [Workload(name, load_tasks(builtin_dir() / f"{name}.jsonl")) for name in names]
 
 
-def chosen_workloads(tasks: Path | None, names: str | None) -> list[Workload]:
-    """Your own task file, or built-in workloads by comma-separated name (all by default)."""
+def chosen_workloads(tasks: Path | None, names: str | None, scopes: Sequence[str] = ("file",),
+                     fits: Callable[[EditJob], bool] | None = None) -> list[Workload]:
+    fits = fits or _fits_whole
+    """Your own task file, or built-in workloads by comma-separated name (all by default but
+    `large`), each at every scope given: `regions` makes a workload of the regions its edits are
+    cut into (chat and what cannot be cut stay as they are; a workload with nothing to cut is not
+    repeated). At `file`, edits that `fits` says do not fit the model's context are left out."""
     if tasks is not None:
-        return [Workload(tasks.stem, load_tasks(tasks))]
-    wanted = [w.strip() for w in (names or ",".join(BUILTIN_WORKLOADS)).split(",") if w.strip()]
-    unknown = set(wanted) - set(BUILTIN_WORKLOADS)
-    if unknown:
-        raise UsageError(f"unknown workload {', '.join(sorted(unknown))}; choose from {', '.join(BUILTIN_WORKLOADS)}")
-    return builtin_workloads(wanted)
+        loaded = [Workload(tasks.stem, load_tasks(tasks))]
+    else:
+        default = ",".join(w for w in BUILTIN_WORKLOADS if w != "large")
+        wanted = [w.strip() for w in (names or default).split(",") if w.strip()]
+        unknown = set(wanted) - set(BUILTIN_WORKLOADS)
+        if unknown:
+            raise UsageError(f"unknown workload {', '.join(sorted(unknown))}; choose from {', '.join(BUILTIN_WORKLOADS)}")
+        loaded = builtin_workloads(wanted)
+    out = []
+    for workload in loaded:
+        for scope in scopes:
+            if scope == "regions":
+                cut = in_regions(workload)
+                if cut is not None:
+                    out.append(cut)
+                continue
+            kept = [t for t in workload.tasks if t.job is None or fits(t.job)]
+            if kept:
+                out.append(Workload(workload.name, kept))
+    return out
+
+
+def in_regions(workload: Workload) -> Workload | None:
+    """The workload as `--scope regions` runs it: each edit's regions, requests of their own."""
+    from hsedit.scope import plan_edit
+
+    tasks, cut = [], False
+    for task in workload.tasks:
+        plan = plan_edit(task.job, "regions") if task.job is not None and _can_cut(task.job) else None
+        if plan is None:
+            tasks.append(task)
+            continue
+        cut = True
+        for k, part in enumerate(plan.parts):
+            tasks.append(BenchTask(f"{task.name} [{part.region.label}]", job=part.job,
+                                   file_tokens_of=task.job if k == 0 else None))
+    return Workload(workload.name + SCOPE_SUFFIX, tasks, "regions") if cut else None
+
+
+WHOLE_FILE_CONTEXT = 8192  # the default model's
+
+
+def _fits_whole(job: EditJob) -> bool:
+    """Whether a whole-file rewrite fits the default model's context (the file twice, with room)."""
+    from hsedit.edit.regions import estimated_tokens
+
+    return 2 * estimated_tokens(job.source.text) + 512 <= WHOLE_FILE_CONTEXT
+
+
+def _can_cut(job: EditJob) -> bool:
+    from hsedit.edit.check import Source
+
+    return job.source.path.suffix == ".py" and not Source(job.source.text).root.has_error
 
 
 def load_tasks(path: str | Path) -> list[BenchTask]:
@@ -233,7 +314,7 @@ def load_tasks(path: str | Path) -> list[BenchTask]:
             source = read_source(path.parent / item["path"])
             job = EditJob.for_source(source, item["path"], item.get("instruction", ""), item.get("update"))
             what = item.get("instruction") or "merge an update"
-            tasks.append(BenchTask(f"{item['path']}: {what}", job=job))
+            tasks.append(BenchTask(f"{item['path']}: {what}", job=job, file_tokens_of=job))
         elif isinstance(item.get("prompt"), str):
             tasks.append(BenchTask(f"chat: {item['prompt'][:40]}", chat=item["prompt"]))
         else:
@@ -251,7 +332,8 @@ def run_bench(
     on_run: Callable[[str, str, int, int], None] | None = None,
 ) -> BenchReport:
     engine_for = engine_for or engine_for_method
-    methods = [NO_DRAFTER, *(m for m in dict.fromkeys(methods) if m != NO_DRAFTER)]
+    methods = list(dict.fromkeys([NO_DRAFTER, *methods]))
+    methods = list(dict.fromkeys([*(plain_for(m) for m in methods), *methods]))  # each dtype's plain first
     engines: dict[str, Engine] = {}
     skipped: dict[str, str] = {}
     # Start every engine before timing anything (vLLM's own drafters start in child processes).
@@ -269,7 +351,7 @@ def run_bench(
             samples[n] = min(t, samples.get(n, t))
     machine_table = CostTable.from_samples(samples) if samples else None
     cells = {
-        (w.name, b, m): Cell(w.name, b, m, skipped=skipped.get(m))
+        (w.name, b, m): Cell(w.name, b, m, w.scope, skipped=skipped.get(m))
         for w in workloads for b in batch_sizes for m in methods
     }
     runnable = [m for m in methods if m in engines]
@@ -286,12 +368,15 @@ def run_bench(
                         on_run(method, workload.name, batch_size, repeat)
                     engine = engines[method]
                     cell = cells[(workload.name, batch_size, method)]
+                    cell.runs += 1
+                    cell.file_tokens += sum(engine.count_tokens(t.file_tokens_of.source.text)
+                                            for t in workload.tasks if t.file_tokens_of is not None)
                     for group in _groups(workload.tasks, batch_size):
                         requests, results = _run_group(engine, group, cell, machine_table, max_draft_of(method))
                         outputs.setdefault((workload.name, batch_size, method), []).append(
                             (group, [r.token_ids for r in results])
                         )
-                        if method == NO_DRAFTER and batch_size == batch_sizes[0] and repeat == 0:
+                        if method == methods[0] and batch_size == batch_sizes[0] and repeat == 0:
                             for task, request, result in zip(group, requests, results):
                                 if task.job is None:
                                     continue
@@ -305,7 +390,7 @@ def run_bench(
     for (workload, batch_size, method), runs in outputs.items():
         first_round = [ids for _, group_ids in runs[: len(runs) // repeats] for ids in group_ids]
         cells[(workload, batch_size, method)].output_sha256 = hashlib.sha256(json.dumps(first_round).encode()).hexdigest()
-        reference = outputs[(workload, batch_size, NO_DRAFTER)]  # the same groups, in the same order
+        reference = outputs[(workload, batch_size, plain_for(method))]  # the same groups, in the same order
         for (group, ids), (_, ref_ids) in zip(runs, reference):
             for task, mine, theirs in zip(group, ids, ref_ids):
                 if mine != theirs and task.name not in cells[(workload, batch_size, method)].mismatches:
@@ -336,26 +421,42 @@ class UnavailableMethod(Exception):
 
 
 def method_name(method: str) -> str:
-    """The drafter of a method spec: `hybrid@15` -> `hybrid`."""
-    return method.split("@", 1)[0]
+    """The drafter of a method spec: `hybrid@15:float32` -> `hybrid`."""
+    return method.split(":", 1)[0].split("@", 1)[0]
 
 
 def max_draft_of(method: str) -> int | None:
     """The maximum draft of a method spec, None for the engine's default."""
-    _, _, size = method.partition("@")
+    _, _, size = method.split(":", 1)[0].partition("@")
     return int(size) if size else None
+
+
+def dtype_of(method: str) -> str:
+    """The target dtype of a method spec (`auto` unless it names one)."""
+    _, _, dtype = method.partition(":")
+    return dtype or "auto"
+
+
+def plain_for(method: str) -> str:
+    """The plain decoding a method is compared with and checked against: the same dtype."""
+    dtype = dtype_of(method)
+    return NO_DRAFTER if dtype == "auto" else f"{NO_DRAFTER}:{dtype}"
 
 
 def check_method(method: str) -> str:
     """The method spec with its drafter's current name (`ngram@15` -> `copy@15`); a one-line
-    usage error for an unknown drafter or a bad maximum draft."""
+    usage error for an unknown drafter, a bad maximum draft or dtype."""
+    from hsedit.config import check_dtype
     from hsedit.drafting.chain import check_drafter
 
-    name = check_drafter(method_name(method), "--drafters")
-    size = method.partition("@")[2]
+    spec, _, dtype = method.partition(":")
+    name = check_drafter(method_name(spec), "--drafters")
+    size = spec.partition("@")[2]
     if size and (not size.isdigit() or int(size) < 1):
         raise UsageError(f"--drafters: {method!r}: the maximum draft after @ must be a whole number of at least 1")
-    return f"{name}@{size}" if size else name
+    if dtype:
+        check_dtype(dtype, f"--drafters: {method!r}: the dtype after :")
+    return (f"{name}@{size}" if size else name) + (f":{dtype}" if dtype and dtype != "auto" else "")
 
 
 def suffix_package_dir() -> Path:
@@ -377,9 +478,11 @@ def engine_for_method(method: str, model: str | None = None, dspark: str | None 
                 f"minute) into {suffix_package_dir()}"
             )
         extra_path = str(suffix_package_dir())
-    options = EngineOptions(model=model, drafter=name, dspark=dspark, num_speculative_tokens=max_draft_of(method))
+    options = EngineOptions(model=model, drafter=name, dspark=dspark, num_speculative_tokens=max_draft_of(method),
+                            dtype=dtype_of(method))
     if name in VLLM_BUILTINS:
-        return ChildEngine(options, like=shared_engine(EngineOptions(model=model, drafter=NO_DRAFTER)), extra_path=extra_path)
+        like = shared_engine(EngineOptions(model=model, drafter=NO_DRAFTER, dtype=dtype_of(method)))
+        return ChildEngine(options, like=like, extra_path=extra_path)
     return shared_engine(options)
 
 
@@ -464,10 +567,14 @@ def _run_group(
         cell.accepted.update(stats.accepted)
         for step in stats.steps:
             if step.source and step.drafted:
-                verified, accepted = cell.positions.setdefault(step.source, ([0] * 16, [0] * 16))
+                verified, accepted = cell.positions.setdefault(step.source, ([], []))
                 # Slot k was verified if every earlier slot was accepted; matched counts what
                 # verification kept even where max_tokens cut the output short.
-                for k in range(min(step.drafted, step.matched + 1, 16)):
+                reached = min(step.drafted, step.matched + 1)
+                while len(verified) < reached:  # any chain length: the hybrid verifies up to 31 or 63
+                    verified.append(0)
+                    accepted.append(0)
+                for k in range(reached):
                     verified[k] += 1
                     accepted[k] += k < step.matched
     if proposer:

@@ -59,6 +59,18 @@ ServerOption = Annotated[
     Optional[str],
     typer.Option(help="Edit on a running `hsedit serve` at this URL instead of starting an engine (also HSEDIT_SERVER or [tool.hsedit] server; the key from HSEDIT_API_KEY)."),
 ]
+DtypeOption = Annotated[
+    Optional[str],
+    typer.Option(help="The model's dtype: auto (bf16 where the hardware computes it natively: a GPU, a CPU with AVX512-BF16 or AMX; else float32; the default), bfloat16 or float32. Also HSEDIT_DTYPE or [tool.hsedit] dtype."),
+]
+NoDaemonOption = Annotated[
+    bool,
+    typer.Option("--no-daemon", help="Start the engine in this process instead of using (or starting) the warm background engine for these settings. Also HSEDIT_DAEMON=0 or [tool.hsedit] daemon = false."),
+]
+ScopeOption = Annotated[
+    Optional[str],
+    typer.Option(help="What the model rewrites: regions (only the parts of a Python file the instruction touches, each checked, all in one batch), file (the whole file at once) or auto (regions where the instruction is understood, else the whole file; the default). Also HSEDIT_SCOPE or [tool.hsedit] scope."),
+]
 DsparkOption = Annotated[
     Optional[str],
     typer.Option(help="DSpark drafter directory (DeepSpec layout); default: the shipped one, for the embedded models."),
@@ -88,23 +100,29 @@ def apply(
     compile: Annotated[bool, typer.Option("--compile", help="vLLM compiled mode: faster steps, slow first start.")] = False,
     dspark: DsparkOption = None,
     server: ServerOption = None,
+    scope: ScopeOption = None,
+    dtype: DtypeOption = None,
+    no_daemon: NoDaemonOption = False,
 ) -> None:
     """Rewrite FILE as INSTRUCTION says; print a unified diff (or --write it)."""
     from hsedit import apply as core
     from hsedit.config import project_config
     from hsedit.edit.diff import summarize
     from hsedit.runner import open_runner
+    from hsedit.scope import run_edit
 
     err = Console(stderr=True)
     live_wanted = not as_json and not os.environ.get("PRE_COMMIT") and err.is_terminal
     config = project_config()
     max_deletion = config.max_deletion_or_default(max_deletion)
+    scope = config.scope_or_default(scope)
     core.check_write_options(write, force)
     job = core.load_job(file, instruction, write=write)
     started = time.perf_counter()
     with err.status("starting the engine…") if live_wanted else nullcontext():
         runner = open_runner(config, server=server, model=model, drafter=drafter, dspark=dspark, no_spec=no_spec,
-                             compile=compile, seed=seed)
+                             compile=compile, seed=seed, dtype=dtype, daemon=False if no_daemon else None,
+                             on_daemon_start=None if as_json else _daemon_starting(err))
     if not as_json:
         err.print(
             f"hsedit: engine ready in {time.perf_counter() - started:.1f} s ({runner.description}); editing {job.display_path}",
@@ -115,8 +133,8 @@ def apply(
         err.print(f"hsedit: note: {warning}", style="yellow", highlight=False, soft_wrap=True)
     view = _live_view(err, job) if live_wanted else None
     with view or nullcontext():
-        result = core.run_edit(
-            runner, job, max_tokens=max_tokens, temperature=temperature, seed=seed,
+        result = run_edit(
+            runner, job, scope=scope, max_tokens=max_tokens, temperature=temperature, seed=seed,
             on_step=view.update if view else None, max_deletion=max_deletion,
         )
     if as_json:
@@ -145,7 +163,8 @@ def bench(
     tasks: Annotated[Optional[Path], typer.Option(help="Your own task file (JSON lines); default: the built-in workloads (light, heavy, snippet, chat, mixed).")] = None,
     drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, copy, vllm-ngram, vllm-suffix, dspark, hybrid, each optionally with its maximum draft (hybrid@15, vllm-ngram@63; default 31 for hybrid, 15 for the others); plain decoding always runs.")] = "none,copy,dspark,hybrid",
     batch_size: Annotated[str, typer.Option(help="Comma-separated batch sizes (concurrent requests).")] = "1,4",
-    workloads: Annotated[Optional[str], typer.Option(help="Built-in workloads to run (comma-separated).")] = None,
+    workloads: Annotated[Optional[str], typer.Option(help="Built-in workloads to run (comma-separated): light, heavy, snippet, chat, mixed (the default) and large (renames in 490-910-line files).")] = None,
+    scope: Annotated[str, typer.Option(help="Comma-separated scopes each workload runs at: file (whole files) and regions (the regions `apply --scope regions` sends); a workload that cannot be cut runs whole.")] = "file",
     repeats: Annotated[int, typer.Option(help="Rounds over everything (methods interleaved).", min=1)] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG: throughput ratio against batch size per workload.")] = None,
@@ -160,7 +179,10 @@ def bench(
     model = project_config().resolve("model", model, None)  # the methods are the flag's
     methods = [check_method(m.strip()) for m in drafters.split(",") if m.strip()]
     sizes = _positive_ints(batch_size, "--batch-size")
-    chosen = chosen_workloads(tasks, workloads)
+    from hsedit.config import check_scope
+
+    scopes = [check_scope(s.strip()) for s in scope.split(",") if s.strip()]
+    chosen = chosen_workloads(tasks, workloads, scopes)
     report = run_bench(
         chosen, methods, sizes, repeats,
         engine_for=lambda method: engine_for_method(method, model, dspark),
@@ -207,13 +229,16 @@ def batch(
     force: Annotated[bool, typer.Option("--force", help="With --write: write outputs that do not parse or that the guard refuses.")] = False,
     patch: Annotated[Optional[Path], typer.Option(help="Write one combined patch here (paths relative to the task file).")] = None,
     results: Annotated[Optional[Path], typer.Option(help="Results file (default: TASKS.results.jsonl); finished tasks are skipped on rerun.")] = None,
-    max_batch: Annotated[int, typer.Option(help="Edits run concurrently in the engine.", min=1)] = 8,
+    max_batch: Annotated[int, typer.Option(help="Requests run concurrently in the engine (an edit by regions makes one per region).", min=1)] = 8,
     max_tokens: Annotated[Optional[int], typer.Option(min=1)] = None,
     max_deletion: MaxDeletionOption = None,
     drafter: DrafterOption = None,
     model: Annotated[Optional[str], typer.Option(help="As for apply.")] = None,
     dspark: DsparkOption = None,
     server: ServerOption = None,
+    scope: ScopeOption = None,
+    dtype: DtypeOption = None,
+    no_daemon: NoDaemonOption = False,
 ) -> None:
     """Run every edit of a task file concurrently in one engine (or on a server); resumable."""
     from hsedit.apply import check_write_options
@@ -226,15 +251,17 @@ def batch(
     results_file = results or default_results_file(tasks)
     config = project_config()
     max_deletion = config.max_deletion_or_default(max_deletion)
+    scope = config.scope_or_default(scope)
     check_write_options(write, force)
     loaded = load_batch(tasks)
-    runner = open_runner(config, server=server, model=model, drafter=drafter, dspark=dspark)
+    runner = open_runner(config, server=server, model=model, drafter=drafter, dspark=dspark, dtype=dtype,
+                         daemon=False if no_daemon else None, on_daemon_start=_daemon_starting(err))
 
     show = not os.environ.get("PRE_COMMIT") and err.is_terminal
     with BatchProgress(err, total=len(loaded), show=show) as progress:
         outcomes = run_batch(
             runner, loaded, results_file, write=write, force=force, max_batch=max_batch, max_tokens=max_tokens,
-            max_deletion=max_deletion, on_step=progress.on_step, on_done=progress.on_done,
+            max_deletion=max_deletion, scope=scope, on_step=progress.on_step, on_done=progress.on_done,
         )
     err.print(batch_table(outcomes, skipped=len(loaded) - len(outcomes)))
     if patch is not None:
@@ -258,6 +285,10 @@ def serve(
     distributed_executor_backend: Annotated[Optional[str], typer.Option(help="vLLM's executor for parallel workers: mp or ray (several machines).")] = None,
     compile: Annotated[bool, typer.Option("--compile", help="vLLM compiled mode: faster steps, slow first start.")] = False,
     dspark: DsparkOption = None,
+    dtype: DtypeOption = None,
+    socket_path: Annotated[Optional[Path], typer.Option("--socket", hidden=True, help="Listen on this Unix socket (the background engine).")] = None,
+    daemon_key: Annotated[Optional[str], typer.Option(hidden=True)] = None,
+    keep_alive: Annotated[Optional[float], typer.Option(hidden=True, help="With --socket: exit after this many idle seconds.")] = None,
 ) -> None:
     """Serve one warm engine over HTTP: OpenAI chat completions (with Predicted Outputs), /v1/apply for hsedit's clients, /health, /metrics."""
     from hsedit.config import project_config
@@ -269,14 +300,14 @@ def serve(
         project_config(), host=host, model=model, drafter=drafter, api_key=api_key, max_queue=max_queue,
         max_tokens=max_tokens, max_body_bytes=max_body_bytes, multiprocessing=multiprocessing,
         tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-        distributed_executor_backend=distributed_executor_backend, compile=compile, dspark=dspark,
+        distributed_executor_backend=distributed_executor_backend, compile=compile, dspark=dspark, dtype=dtype,
     )
     started = time.perf_counter()
     err.print(f"hsedit: starting the engine (drafter: {options.drafter})…", style="dim", highlight=False)
     run_server(options, settings, host=host, port=port, on_ready=lambda url: err.print(
         f"hsedit: serving {settings.served_model} at {url} (engine ready in {time.perf_counter() - started:.1f} s; "
         "Ctrl-C or SIGTERM stops)", highlight=False, soft_wrap=True,
-    ))
+    ), socket_path=socket_path, daemon_key=daemon_key, keep_alive_s=keep_alive)
 
 
 register_training_commands(app)
@@ -301,6 +332,65 @@ def _hook(mode: str, files: list[str]) -> None:
     from hsedit.hook import hook_command
 
     raise typer.Exit(hook_command(mode, files, root=Path.cwd(), say=typer.echo))
+
+
+daemon_app = typer.Typer(no_args_is_help=True, help="The warm background engines (one per set of engine settings).")
+app.add_typer(daemon_app, name="daemon")
+
+
+@daemon_app.command("status")
+def daemon_status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """What each background engine runs: its settings, memory, idle time and log file."""
+    from hsedit.daemon import running_daemons
+
+    found = running_daemons()
+    if as_json:
+        typer.echo(json.dumps([{**d.state, "answers": d.health is not None, "memory_mib": d.memory_mib,
+                                "idle_s": (d.health or {}).get("daemon", {}).get("idle_s")} for d in found]))
+        return
+    if not found:
+        typer.echo("no background engine is running")
+    for d in found:
+        settings = ", ".join(f"{k} {v}" for k, v in d.state["settings"].items() if v not in (None, False))
+        idle = (d.health or {}).get("daemon", {}).get("idle_s")
+        state = f"idle {idle:.0f} s of {d.state['keep_alive_s']:.0f}" if idle is not None else "not answering"
+        memory = f"{d.memory_mib:.0f} MiB" if d.memory_mib is not None else "? MiB"
+        typer.echo(f"pid {d.pid}: {settings} · {memory} · {state} · log {d.state['log']}")
+
+
+@daemon_app.command("stop")
+def daemon_stop(
+    all_: Annotated[bool, typer.Option("--all", help="Stop every background engine, not only the one for these settings.")] = False,
+    model: Annotated[Optional[str], typer.Option(help="As for apply.")] = None,
+    drafter: DrafterOption = None,
+    dspark: DsparkOption = None,
+    dtype: DtypeOption = None,
+    compile: Annotated[bool, typer.Option("--compile")] = False,
+) -> None:
+    """Stop the background engine for these settings (as apply would resolve them), or all of them."""
+    from hsedit.config import project_config
+    from hsedit.daemon import running_daemons, spec_for, stop
+    from hsedit.engine.options import EngineOptions
+
+    config = project_config()
+    key = None
+    if not all_:
+        options = EngineOptions(model=config.resolve("model", model, None), drafter=config.drafter_or_default(drafter),
+                                compile=compile, dspark=dspark, dtype=config.dtype_or_default(dtype))
+        key = spec_for(options).key
+    stopped = 0
+    for d in running_daemons():
+        if key is None or d.state["key"] == key:
+            stopped += stop(d)
+    typer.echo(f"stopped {stopped} background engine(s)" if stopped else "no matching background engine was running")
+
+
+def _daemon_starting(console: Console):
+    def say(spec) -> None:
+        console.print(f"hsedit: starting the background engine for these settings (later edits reuse it; "
+                      f"`hsedit daemon stop` ends it; log {spec.log})", style="dim", highlight=False, soft_wrap=True)
+
+    return say
 
 
 def _write_diff(path: Path, diff: str) -> None:

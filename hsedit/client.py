@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import queue
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
@@ -28,8 +29,26 @@ CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 600  # one step of a loaded server never takes this long
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket (a background engine's: hsedit/daemon.py)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
 class ServerClient:
     def __init__(self, url: str, api_key: str | None = None) -> None:
+        self.socket_path = url[len("unix:") :] if url.startswith("unix:") else None
+        if self.socket_path is not None:
+            self.url, self.base, self.secure = url, "", False
+            self.api_key = None
+            return
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(f"--server takes http://HOST:PORT, not {url!r}")
@@ -65,8 +84,11 @@ class ServerClient:
             connection.close()
 
     def _request(self, method: str, path: str, body: dict | None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        kind = http.client.HTTPSConnection if self.secure else http.client.HTTPConnection
-        connection = kind(self.host, self.port, timeout=CONNECT_TIMEOUT_S)
+        if self.socket_path is not None:
+            connection: http.client.HTTPConnection = _UnixConnection(self.socket_path, CONNECT_TIMEOUT_S)
+        else:
+            kind = http.client.HTTPSConnection if self.secure else http.client.HTTPConnection
+            connection = kind(self.host, self.port, timeout=CONNECT_TIMEOUT_S)
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -94,12 +116,15 @@ class ServerClient:
 
 
 class ServerRunner:
-    """An EditRunner on a server: up to `max_in_flight` edits at once, one connection each."""
+    """An EditRunner on a server: up to `max_in_flight` edits at once, one connection each.
+    `lost`: what to say when the connection drops mid-edit (the file is untouched either way)."""
 
-    def __init__(self, client: ServerClient) -> None:
+    def __init__(self, client: ServerClient, lost: str | None = None) -> None:
         self.client = client
+        self.lost = lost
         health = client.get_json("/health")
-        self.description = f"server {client.url}, drafter: {health.get('drafter', '?')}"
+        where = "background engine" if health.get("daemon") else f"server {client.url}"
+        self.description = f"{where}, drafter: {health.get('drafter', '?')}"
         target = health.get("dspark_target")
         self.dspark_target = DrafterTarget(target["trained_for"], target["target"]) if target else None
 
@@ -156,6 +181,9 @@ class ServerRunner:
             if not reader.finished:
                 raise ServerError(f"the server at {self.client.url} ended the answer early")
             inbox.put(("done", GeneratedEdit(index, reader.request, reader.generation)))
+        except ServerError as error:
+            failure = ServerError(f"{self.lost}; nothing was written") if self.lost else error
+            inbox.put(("done", GeneratedEdit(index, None, None, failure)))
         except HseditError as error:
             inbox.put(("done", GeneratedEdit(index, None, None, error)))
         except Exception as error:  # a malformed answer: this edit fails, the others go on

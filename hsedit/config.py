@@ -5,12 +5,16 @@
     drafter = "hybrid"            # as --drafter
     max_deletion = 0.5            # as --max-deletion: the write guard's limit
     server = "http://127.0.0.1:8421"  # as --server: edit on a running `hsedit serve`
+    scope = "auto"                # as --scope: auto, file or regions
+    dtype = "auto"                # as --dtype: auto (bf16 where the hardware has it), bfloat16, float32
+    daemon = true                 # false: as --no-daemon, the engine starts in each command's own process
+    keep_alive = 10               # minutes the background engine waits idle before it exits
     [tool.hsedit.instructions]    # the hooks: fnmatch pattern -> instruction; the first match applies
     "src/*.py" = "remove debug print statements"
 
 A mistake here (an unknown key or drafter, a value of the wrong type) is one line and exit 2,
 like a bad command-line option. Precedence everywhere: the command-line flag, then the
-environment (`HSEDIT_MODEL`, `HSEDIT_DRAFTER`, `HSEDIT_SERVER`), then `[tool.hsedit]`, then the
+environment (`HSEDIT_MODEL`, `HSEDIT_DRAFTER`, `HSEDIT_SERVER`, `HSEDIT_SCOPE`), then `[tool.hsedit]`, then the
 default. A server's API key comes from `HSEDIT_API_KEY` only: a secret has no place in a file
 that is committed.
 Imports nothing heavy: the pre-commit environment has no torch or vLLM.
@@ -26,10 +30,52 @@ from typing import Any
 
 from hsedit.drafting.chain import HYBRID, check_drafter
 from hsedit.edit.guard import DEFAULT_MAX_DELETION
+from hsedit.engine.options import AUTO_DTYPE, DTYPES
 from hsedit.errors import UsageError
 
-KNOWN_KEYS = ("model", "drafter", "max_deletion", "server", "instructions")
-ENVIRONMENT = {"model": "HSEDIT_MODEL", "drafter": "HSEDIT_DRAFTER", "server": "HSEDIT_SERVER"}
+AUTO, FILE, REGIONS = "auto", "file", "regions"
+SCOPES = (AUTO, FILE, REGIONS)  # --scope: what one edit sends the model (hsedit/scope.py)
+
+
+KEEP_ALIVE_MINUTES = 10.0
+
+
+def check_switch(value: Any, where: str) -> bool:
+    """An on/off setting from the environment: 1/0, true/false, yes/no, on/off."""
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise UsageError(f"{where} takes 1 or 0 (true/false), not {value!r}")
+
+
+def check_minutes(value: Any, where: str) -> float:
+    try:
+        minutes = float(value)
+    except (TypeError, ValueError):
+        minutes = -1.0
+    if isinstance(value, bool) or not minutes > 0:
+        raise UsageError(f"{where} must be a number of minutes above 0, not {value!r}")
+    return minutes
+
+
+def check_dtype(dtype: Any, where: str = "--dtype") -> str:
+    if dtype not in DTYPES:
+        raise UsageError(f"{where} takes {', '.join(DTYPES)}, not {dtype!r}")
+    return dtype
+
+
+def check_scope(scope: Any, where: str = "--scope") -> str:
+    if scope not in SCOPES:
+        raise UsageError(f"{where} takes {', '.join(SCOPES)}, not {scope!r}")
+    return scope
+
+KNOWN_KEYS = ("model", "drafter", "max_deletion", "server", "scope", "dtype", "daemon", "keep_alive", "instructions")
+ENVIRONMENT = {
+    "model": "HSEDIT_MODEL", "drafter": "HSEDIT_DRAFTER", "server": "HSEDIT_SERVER", "scope": "HSEDIT_SCOPE",
+    "dtype": "HSEDIT_DTYPE", "daemon": "HSEDIT_DAEMON", "keep_alive": "HSEDIT_KEEP_ALIVE",
+}
 API_KEY_VARIABLE = "HSEDIT_API_KEY"  # a server's key, for its clients and for `hsedit serve`
 
 
@@ -40,6 +86,10 @@ class ProjectConfig:
     drafter: str | None = None
     max_deletion: float | None = None
     server: str | None = None
+    scope: str | None = None
+    dtype: str | None = None
+    daemon: bool | None = None
+    keep_alive: float | None = None  # minutes
     source: Path | None = None  # the pyproject.toml it came from
 
     def resolve(self, name: str, flag: Any, default: Any) -> Any:
@@ -49,12 +99,28 @@ class ProjectConfig:
         variable = ENVIRONMENT.get(name)
         if variable and os.environ.get(variable):
             value = os.environ[variable]
-            return check_drafter(value, variable) if name == "drafter" else value
+            checks = {"drafter": check_drafter, "scope": check_scope, "dtype": check_dtype,
+                      "daemon": check_switch, "keep_alive": check_minutes}
+            return checks[name](value, variable) if name in checks else value
         value = getattr(self, name)
         return default if value is None else value
 
     def drafter_or_default(self, flag: str | None) -> str:
         return check_drafter(self.resolve("drafter", flag, HYBRID))
+
+    def daemon_or_default(self, flag: bool | None) -> bool:
+        """Whether edits go to the warm background engine (flag, HSEDIT_DAEMON, [tool.hsedit] daemon)."""
+        return bool(self.resolve("daemon", flag, True))
+
+    def keep_alive_or_default(self, flag: float | None) -> float:
+        """Seconds the background engine stays up idle."""
+        return 60 * float(self.resolve("keep_alive", flag, KEEP_ALIVE_MINUTES))
+
+    def dtype_or_default(self, flag: str | None) -> str:
+        return check_dtype(self.resolve("dtype", flag, AUTO_DTYPE))
+
+    def scope_or_default(self, flag: str | None) -> str:
+        return check_scope(self.resolve("scope", flag, AUTO))
 
     def max_deletion_or_default(self, flag: float | None) -> float:
         return float(self.resolve("max_deletion", flag, DEFAULT_MAX_DELETION))
@@ -111,7 +177,20 @@ def load_config(pyproject: Path | None) -> ProjectConfig:
     server = section.get("server")
     if server is not None and (not isinstance(server, str) or not server.strip()):
         raise UsageError(f"{where} server must be a URL such as \"http://127.0.0.1:8421\", not {server!r}")
-    return ProjectConfig(tuple(instructions.items()), model, drafter, max_deletion, server, pyproject)
+    scope = section.get("scope")
+    if scope is not None:
+        check_scope(scope, f"{where} scope")
+    dtype = section.get("dtype")
+    if dtype is not None:
+        check_dtype(dtype, f"{where} dtype")
+    daemon = section.get("daemon")
+    if daemon is not None and not isinstance(daemon, bool):
+        raise UsageError(f"{where} daemon must be true or false, not {daemon!r}")
+    keep_alive = section.get("keep_alive")
+    if keep_alive is not None:
+        keep_alive = check_minutes(keep_alive, f"{where} keep_alive")
+    return ProjectConfig(tuple(instructions.items()), model, drafter, max_deletion, server, scope, dtype, daemon,
+                         keep_alive, pyproject)
 
 
 def hook_config(root: Path) -> ProjectConfig:

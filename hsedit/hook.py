@@ -82,7 +82,7 @@ def run_hook(
     with tempfile.TemporaryDirectory() as scratch:
         outcomes = run_batch(
             runner, tasks, Path(scratch) / "results.jsonl", write=fix,
-            max_deletion=config.max_deletion_or_default(None),
+            max_deletion=config.max_deletion_or_default(None), scope=config.scope_or_default(None),
         )
     changed = False
     for outcome in outcomes:

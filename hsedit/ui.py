@@ -45,13 +45,15 @@ def status_line(stats: RequestStats, now: float | None = None) -> str:
 
 
 class LiveEdit:
-    """Streams the rewritten file, each token coloured by where it came from."""
+    """Streams the rewritten file, each token coloured by where it came from. An edit by regions
+    streams each region under its own rule (its lines in the file), all at once."""
 
     def __init__(self, console: Console, title: str, prefix: str = "") -> None:
         self.console = console
         self.title = title
-        self.text = Text(prefix)
-        self.stats: RequestStats | None = None
+        self.prefix = prefix
+        self.sections: dict[str, Text] = {}  # region label ("" for a whole file) -> its text so far
+        self.stats: dict[str, RequestStats] = {}
         self._live = Live(console=console, refresh_per_second=8, transient=True)
 
     def __enter__(self) -> LiveEdit:
@@ -62,23 +64,34 @@ class LiveEdit:
         self._live.__exit__(*exc)
 
     def update(self, event: StepEvent) -> None:
-        for text, source in event.pieces:
-            self.text.append(text, style=SOURCE_STYLES.get(source, "default"))
-        self.stats = event.stats
+        label = event.key[1] if isinstance(event.key, tuple) else ""
+        text = self.sections.setdefault(label, Text(self.prefix))
+        if event.stats is not self.stats.get(label):  # a region asked again starts over
+            text.truncate(len(self.prefix))
+        for piece, source in event.pieces:
+            text.append(piece, style=SOURCE_STYLES.get(source, "default"))
+        self.stats[label] = event.stats
         self._live.update(self._render())
 
     def _render(self) -> Group:
+        from hsedit.scope import merged_stats
+
         height = max(5, self.console.size.height - 4)
-        lines = self.text.split("\n")
-        shown = Text("\n").join(lines[-height:])
-        status = status_line(self.stats) if self.stats else ""
-        return Group(Rule(self.title, style="dim"), shown, Rule(style="dim"), Text(status), LEGEND)
+        share = max(3, height // max(1, len(self.sections)) - 1)
+        parts = []
+        for label, text in self.sections.items():
+            if label:
+                parts.append(Rule(label, style="dim", align="left"))
+            parts.append(Text("\n").join(text.split("\n")[-share:]))
+        stats = merged_stats(list(self.stats.values())) if len(self.stats) > 1 else next(iter(self.stats.values()), None)
+        status = status_line(stats) if stats else ""
+        return Group(Rule(self.title, style="dim"), *parts, Rule(style="dim"), Text(status), LEGEND)
 
 
 def bench_table(report) -> Table:
     step = f" · plain step {report.plain_step_ms:.0f} ms" if report.plain_step_ms else ""
     table = Table(title=f"hsedit bench · {report.repeats} round(s), methods interleaved; ratios from this run{step}")
-    columns = ("workload", "batch", "method", "tok/s", "vs plain", "vs copy", "vs vLLM ngram (best)", "vs dspark",
+    columns = ("workload", "batch", "method", "s/run", "of file", "tok/s", "vs plain", "vs copy", "vs vLLM ngram (best)", "vs dspark",
                "tok/step", "accepted/drafted", "proposer ms/step", "dspark runs", "limit s", "of limit", "prefill",
                "exact")
     for column in columns:
@@ -91,14 +104,16 @@ def bench_table(report) -> Table:
         if report.check_failed.get(c.workload):
             workload += f" ({len(report.check_failed[c.workload])} fail the instruction check)"
         if c.skipped:
-            table.add_row(workload, str(c.batch_size), c.method, "skipped", *[""] * 5, escape(c.skipped), *[""] * 6)
+            table.add_row(workload, str(c.batch_size), c.method, "skipped", *[""] * 7, escape(c.skipped), *[""] * 6)
             continue
         ratios = [report.ratio(c, NO_DRAFTER), report.ratio(c, COPY), report.ratio_to_best(c, VLLM_NGRAM),
                   report.ratio(c, DSPARK)]
         acceptance = " · ".join(f"{name} {a}/{d}" for name, (a, d) in c.acceptance().items()) or "–"
         proposer = f"{c.proposer_ms_per_step:.2f}" if c.proposer_ms_per_step is not None else "–"
         table.add_row(
-            workload, str(c.batch_size), c.method, f"{c.tokens_per_second:.1f}",
+            workload, str(c.batch_size), c.method,
+            f"{c.seconds_per_run:.1f}" if c.seconds_per_run else "–", f"{c.of_file:.2f}" if c.of_file else "–",
+            f"{c.tokens_per_second:.1f}",
             *(f"{r:.2f}x" if r else "–" for r in ratios),
             f"{c.tokens_per_step:.2f}", acceptance, proposer,
             f"{c.model_run_share:.0%}" if c.model_run_share is not None else "–",

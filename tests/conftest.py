@@ -17,6 +17,13 @@ from pathlib import Path
 # collection (peft and transformers do): set before anything else so the kernel tests
 # (tests/test_kernels.py) run interpreted on CPU whatever the collection order.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The CLI's commands run in the test's own process, on the shared engines below, unless a test
+# asks for the background engine itself (tests/test_daemon.py): none is left running after a test.
+os.environ["HSEDIT_DAEMON"] = "0"
+# The exactness tests hold the engines to token identity with plain decoding, which fp32 keeps on
+# this CPU; the default bf16 is held to greedy-within-tolerance by tests/test_dtype.py.
+TEST_DTYPE = "float32"
+os.environ["HSEDIT_DTYPE"] = TEST_DTYPE
 
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
@@ -30,8 +37,8 @@ settings.load_profile("hsedit")
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "inventory.py"
 
-PLAIN = EngineOptions(drafter="none")
-COPY_ENGINE = EngineOptions(drafter="copy")
+PLAIN = EngineOptions(drafter="none", dtype=TEST_DTYPE)
+COPY_ENGINE = EngineOptions(drafter="copy", dtype=TEST_DTYPE)
 
 
 @pytest.fixture(scope="session")
@@ -44,8 +51,8 @@ def copy_engine():
     return shared_engine(COPY_ENGINE)
 
 
-DSPARK = EngineOptions(drafter="dspark")
-HYBRID = EngineOptions(drafter="hybrid")
+DSPARK = EngineOptions(drafter="dspark", dtype=TEST_DTYPE)
+HYBRID = EngineOptions(drafter="hybrid", dtype=TEST_DTYPE)
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ TINY_TARGET = dict(
 
 
 def tiny_config(**overrides) -> DSparkConfig:
-    return DSparkConfig.for_target(TINY_TARGET, mask_token_id=96, markov_rank=4, **overrides)
+    return DSparkConfig.for_target(TINY_TARGET, **{"mask_token_id": 96, "markov_rank": 4, **overrides})
 
 
 def random_drafter(seed=0, **overrides) -> DSparkDrafter:
@@ -422,3 +422,33 @@ def test_training_reports_the_feature_ablation():
     assert set(report["ablation"]) == {"real", "zeroed", "shifted", "other_sequence", "bigram"}
     for row in report["ablation"].values():
         assert 0.0 <= row["accept@1"] <= 1.0 and 0.0 <= row["accepted_per_block"] <= 7
+
+
+def test_a_drafter_without_a_markov_head_drafts_with_its_confidence_head():
+    """markov_rank 0 with confidence_head_with_markov (allowed): the confidence head reads the
+    hidden state alone, as it was built."""
+    model = random_drafter(seed=5, markov_rank=0)
+    assert model.markov_head is None and model.config.confidence_head_with_markov
+    block = model.draft([filled_cache(model)], [3])
+    assert block.tokens.shape == (1, 7) and torch.all(block.survival <= 1)
+
+
+def test_training_further_drops_the_fast_heads():
+    """The fast copies of the heads are inference's: a drafter put back into training and then
+    drafting again drafts with its trained weights, not the copies."""
+    from hsedit.train.drafter.train import with_draft_vocab
+
+    every_token = torch.arange(TINY_TARGET["vocab_size"])  # a draft vocabulary: the copies are copies
+    model = with_draft_vocab(random_drafter(seed=7), every_token)
+    caches = [filled_cache(model, length=6)]
+    model.use_fast_head(torch.float32)
+    before = model.draft(caches, [5]).tokens
+    model.train()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(-1.0)  # what further training might do to the head
+    model.eval()
+    fresh = with_draft_vocab(random_drafter(seed=7), every_token)
+    with torch.no_grad():
+        fresh.lm_head.weight.mul_(-1.0)
+    assert torch.equal(model.draft(caches, [5]).tokens, fresh.draft(caches, [5]).tokens)
+    assert not torch.equal(model.draft(caches, [5]).tokens, before)

@@ -221,8 +221,8 @@ def _task(root: Path, name: str, instruction: str) -> BatchTask:
 def _batch_finish(root, task, answer, journal, write=True):
     job = EditJob.for_source(read_source(task.path), task.display_path, task.instruction)
     generation = Generation(text=answer.removesuffix("\n"), stats=RequestStats(finish_reason="stop"))
-    return finish_task(task, job, GenerationRequest([], max_tokens=100), generation, journal,
-                       write=write, force=False, max_deletion=0.5)
+    result = finish_edit(job, generation, GenerationRequest([], max_tokens=100), max_deletion=0.5)
+    return finish_task(task, result, journal, write=write, force=False)
 
 
 def test_batch_reports_a_destructive_answer_as_failed(tmp_path):

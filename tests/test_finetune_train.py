@@ -123,3 +123,34 @@ def _loaded(*args, **kwargs):
     return model
 transformers.AutoModelForCausalLM.from_pretrained = _loaded
 """
+
+
+def test_the_loss_weights_changed_lines_and_equals_the_plain_loss_unweighted():
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from hsedit.engine.provision import resolve_model
+    from hsedit.train.finetune.dataset import Example
+    from hsedit.train.finetune.train import RESUME_TOKENS, encode_weighted, weighted_loss
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("embedded-base"))
+    before = ('def area(width, height):\n    """Multiply the two sides of the rectangle together."""\n'
+              "    return width * height\n\n\nprint(area(2, 3))\n")
+    example = Example("rename_function", "a.py", "rename area to surface", before,
+                      before.replace("area", "surface"), None, "train", "region")
+    ids, labels, weights = encode_weighted(tokenizer, example, changed_weight=5.0)
+    answer = [k for k, label in enumerate(labels) if label != -100]
+    assert all(weights[k] == 0 for k in range(answer[0]))  # the prompt is not learnt
+    text = lambda ks: tokenizer.decode([ids[k] for k in ks])  # noqa: E731
+    heavy = [k for k in answer if weights[k] == 5.0]
+    light = [k for k in answer if weights[k] == 1.0]
+    assert "surface" in text(heavy) and "def" in text(heavy)  # the changed lines
+    assert "return width * height" in text(light)  # the line the edit keeps, past the resume tokens
+    assert len(heavy) < len(answer) and RESUME_TOKENS > 0
+    # Unweighted it is the model's own mean cross-entropy.
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48,
+                                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2))
+    ids, labels, weights = encode_weighted(tokenizer, example)
+    out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
+    mine = weighted_loss(out.logits[0], torch.tensor(labels), torch.tensor(weights))
+    assert torch.allclose(mine, out.loss, atol=1e-5)

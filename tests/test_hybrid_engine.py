@@ -136,7 +136,7 @@ def test_vllm_cpu_spec_decoding_changes_the_sampled_distribution(plain_engine, p
     starts failing, vLLM fixed it and the CPU policy in vllm_proposer.py can go."""
     from hsedit.engine.engine import EngineOptions, shared_engine
 
-    vllm_ngram = shared_engine(EngineOptions(drafter="vllm-ngram"))
+    vllm_ngram = shared_engine(EngineOptions(drafter="vllm-ngram", dtype="float32"))
     prompt = prompts["copy-heavy edit"]
     plain, _ = sample_prefixes(plain_engine, prompt, 300, 1.0, seed=3)
     drafted, accepted = sample_prefixes(vllm_ngram, prompt, 300, 1.0, seed=4)

@@ -15,7 +15,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from hsedit.apply import EditJob, EmbeddedRunner, finish_edit, run_edit
+from hsedit.apply import EditJob, EmbeddedRunner, finish_edit
+from hsedit.scope import run_edit
 from hsedit.edit.check import check_edit
 from hsedit.edit.files import SourceFile
 from hsedit.engine.engine import GenerationRequest

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def worker_engines():
     """Plain and hybrid, each with vLLM's engine core (and the model runner) in its own process."""
-    plain = Engine(EngineOptions(drafter="none", multiprocessing=True))
-    hybrid = Engine(EngineOptions(drafter="hybrid", multiprocessing=True))
+    plain = Engine(EngineOptions(drafter="none", multiprocessing=True, dtype="float32"))
+    hybrid = Engine(EngineOptions(drafter="hybrid", multiprocessing=True, dtype="float32"))
     yield plain, hybrid
     plain.close()
     hybrid.close()

@@ -410,7 +410,8 @@ class DSparkDrafter(nn.Module):
 
     def confidence_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
         features = hidden
-        if self.config.confidence_head_with_markov:
+        if self.config.confidence_head_with_markov and self.markov_head is not None:
+            # (with markov_rank 0 there is no Markov row: the head was built `hidden` wide)
             features = torch.cat([hidden, self.markov_head.markov_w1(prev_tokens)], dim=-1)
         return self.confidence_head.proj(features).squeeze(-1)
 
@@ -457,10 +458,16 @@ class DSparkDrafter(nn.Module):
         """For inference: draft with copies of the heads' rows of the draft vocabulary, the LM
         head's in `dtype` (None: its own). On CPUs with bf16 matrix units the LM head is most of
         a draft pass and bf16 reads half the bytes; a draft only has to be good, not exact (the
-        target verifies it). The copies do not follow later training."""
+        target verifies it). Switching the model to training mode drops them (`train`), so a
+        drafter trained further never drafts with its old heads."""
         head, markov = self._draft_rows()
         self._fast_head = head if dtype is None else head.to(dtype)
         self._fast_markov = markov
+
+    def train(self, mode: bool = True):
+        if mode:
+            self._fast_head = self._fast_markov = None
+        return super().train(mode)
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM head logits for drafting: [..., hidden] -> [..., draft vocabulary] float32."""

@@ -37,13 +37,25 @@ from __future__ import annotations
 import ast
 import difflib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from hsedit.edit.guard import lazy_marker_lines
-from hsedit.edit.validate import CHECKED_SUFFIXES
+from hsedit.edit.intent import (
+    AddParameter,
+    Delete,
+    FreeForm,
+    FStrings,
+    Intent,
+    RemovePrints,
+    Rename,
+    SetConstant,
+    SnippetMerge,
+    TypeHints,
+    parse_intent,
+)
+from hsedit.edit.validate import CHECKED_SUFFIXES, parser
 
 
 @dataclass(frozen=True)
@@ -91,7 +103,7 @@ class Source:
     def __init__(self, text: str) -> None:
         self.text = text
         self.data = text.encode("utf-8")
-        self.tree = _parser().parse(self.data)
+        self.tree = parser("python").parse(self.data)
         self.root = self.tree.root_node
         self.tokens: list[Tok] = []
         self._collect(self.root)
@@ -169,14 +181,6 @@ def _role(node) -> str:
     return "name"
 
 
-@lru_cache(maxsize=None)
-def _parser():
-    import tree_sitter_python
-    from tree_sitter import Language, Parser
-
-    return Parser(Language(tree_sitter_python.language()))
-
-
 def _walk(node):
     stack = [node]
     while stack:
@@ -247,133 +251,53 @@ def _same(old: Source, new: Source) -> bool:
     return old.keys == new.keys
 
 
-# -- instructions ----------------------------------------------------------------------------
-_NAME = r"[`'\"]?(?P<{g}>[A-Za-z_][A-Za-z0-9_]*)[`'\"]?"
-_WHAT = (
-    r"(?:(?:local |global |module-level |instance |class )?(?:function|class|method|variable|constant|"
-    r"parameter|argument|attribute|field|name|type|enum|property|identifier|var|func|def)s? )"
-)
-_RENAME_TAIL = (
-    r"(?:[;,.]? ?(?:and )?(?:update|fix|change|rename) (?:every|all|each|any|the)? ?(?:uses?|references?|"
-    r"occurrences?|call(?:er)?s?)(?: of it| to it)?|,? everywhere(?: in (?:this|the) (?:file|module))?|"
-    r",? throughout(?: (?:this|the) (?:file|module))?|,? in (?:this|the) (?:file|module)|,? across the file|"
-    r",? in all places)*"
-)
-_SCOPE_PREFIX = r"(?:in (?:the )?(?:function |method )?{f},? |{f2}: )?"
-_SCOPE_SUFFIX = r"(?:,? (?:inside|in|within) (?:the )?(?:function |method )?{f3}(?: function| method)?)?"
-
-
-def _fill(pattern: str) -> str:
-    names = {"old": "old", "new": "new", "f": "scope", "f2": "scope2", "f3": "scope3", "name": "name", "p": "param"}
-    for placeholder, group in names.items():
-        pattern = pattern.replace("{" + placeholder + "}", _NAME.format(g=group), 1)
-        pattern = pattern.replace("{" + placeholder + "}", f"(?P={group})")
-    return pattern
-
-
-def _patterns(*patterns: str) -> list[re.Pattern]:
-    """Instruction patterns with their placeholders filled, matched case-insensitively."""
-    return [re.compile(_fill(p), re.IGNORECASE) for p in patterns]
-
-
-_RENAMES = _patterns(
-        _SCOPE_PREFIX + r"(?:please )?(?:rename|change the name of) (?:the )?" + _WHAT + r"?{old} (?:to|->|→|into|as) (?:the )?{new}" + _RENAME_TAIL + _SCOPE_SUFFIX + _RENAME_TAIL,
-        r"(?:please )?rename (?:the )?" + _WHAT + r"?{old} (?:in|inside) (?:the )?(?:function |method )?{f} (?:to|->|→) {new}" + _RENAME_TAIL,
-        _SCOPE_PREFIX + r"(?:the )?" + _WHAT + r"?{old} should be (?:called|named|renamed(?: to)?) {new}" + _RENAME_TAIL,
-        r"call the " + _WHAT + r"?{new} instead of {old}" + _RENAME_TAIL,
-        r"replace (?:every|each|all) (?:use|uses|occurrence|occurrences|reference|references) of (?:the )?" + _WHAT + r"?{old} (?:with|by) {new}" + _RENAME_TAIL,
-        r"use the name {new} for the " + _WHAT + r"?{old}" + _RENAME_TAIL,
-)
-_SET_CONSTANT = _patterns(
-        r"(?:please )?(?P<verb>set|change|update) (?:the )?(?:(?:constant|value of|setting|variable|default) )?(?:the )?(?:(?:constant|setting|variable) )?{name} (?:to|=) (?P<value>.+)",
-        r"(?:the )?(?:(?:constant|setting|variable) )?{name} should (?:be|equal) (?P<value>.+)",
-        r"{name} ?= ?(?P<value>.+)",
-)
-_DELETE = re.compile(
-    _fill(
-        r"(?:please )?(?:delete|remove|drop|get rid of|take out) (?:the )?(?:(?:unused |dead )?(?P<what>function|method|class|def) )?"
-        r"{name}(?: (?P<what2>function|method|class))?(?: from (?:this|the) (?:file|module|class))?"
-        r"(?:[;,.]? ?(?:since |as |because )?(?:it is|it's) (?:not|never) used| \(it is unused\)|[;,] it is unused)?"
-    ),
-    re.IGNORECASE,
-)
-_DEBUG_PRINT = re.compile(
-    _fill(
-        r"(?:please )?(?:remove|delete|drop|get rid of|strip|take out|clean up) (?P<quantity>the |all |any |all the |every |each )?"
-        r"(?:(?:leftover|stray|debug|debugging|temporary|left-over) )*(?P<noun>prints?|print statements?|print calls?|"
-        r"debug statements?)(?: (?:i|you|someone) left)?(?: (?:in|from|inside) (?:the )?(?:function |method )?{f})?"
-    ),
-    re.IGNORECASE,
-)
-_ADD_PARAMETER = _patterns(
-        r"(?:please )?add (?:a |an |the )?(?:new )?(?:optional |keyword |keyword-only )?(?:parameter|argument|param|arg) {p}"
-        r"(?: with (?:a )?default(?: value)?(?: of)? (?P<default>.+?))? to (?:the )?(?:function |method )?{f}",
-        r"(?:please )?add (?:a |an |the )?(?:new )?(?:optional |keyword )?`(?P<param>[A-Za-z_]\w*) ?= ?(?P<default>[^`]+)` "
-        r"(?:parameter |argument )?to (?:the )?(?:function |method )?{f}",
-        r"give {f} a (?:new )?(?:optional |keyword )*(?:parameter|argument) {p}(?: \(default (?P<default>.+)\)| with default (?P<default2>.+))?",
-)
-_FSTRING = re.compile(
-    _fill(
-        r"(?:please )?(?:(?:convert|change|switch|replace|turn|rewrite|migrate|move) (?:all |the |all the |every |any )?"
-        r"(?:old-style |old )?(?:%|%-|percent|percent-sign)[ -]?(?:style )?(?:string )?(?:formatting|formats?|format strings?|"
-        r"interpolation)(?: strings?)?(?: (?:to|into|with) f-?strings)|use f-?strings instead of (?:the )?(?:old-style )?"
-        r"(?:%|%-|percent)[ -]?(?:style )?(?:string )?(?:formatting|format))"
-        r"(?: (?:in|inside) (?:the )?(?:function |method )?{f})?"
-    ),
-    re.IGNORECASE,
-)
-_TYPE_HINTS = _patterns(
-        r"(?:please )?add (?:type )?(?:hints|annotations|type hints|type annotations) (?:to|for) (?:the )?(?:function |method )?{f}",
-        r"(?:please )?annotate (?:the )?(?:parameters and return type of |function |method )?(?:the )?(?:function |method )?{f}",
-        r"{f} needs (?:type )?(?:hints|annotations|type hints|type annotations)",
-        r"(?:please )?add (?:type )?(?:hints|annotations|type hints|type annotations)(?P<whole>)(?: to (?:this|the) file| everywhere| to (?:all|every) functions?)?",
-)
-
-
-def _normalize(instruction: str) -> str:
-    text = " ".join(instruction.split())
-    return text.rstrip(" .!")
-
-
+# -- the verdict for an intent -----------------------------------------------------------------
 def check_edit(path: str | Path, original: str, answer: str, instruction: str, update: str | None = None) -> CheckVerdict:
     """The verdict on `answer` (the whole new file) for `instruction` (or a snippet `update`)."""
+    return check_intent(path, original, answer, parse_intent(instruction, update))
+
+
+def check_intent(
+    path: str | Path, original: str, answer: str, intent: Intent, *, attributes_follow: bool | None = None
+) -> CheckVerdict:
+    """The verdict on `answer` for a parsed intent. `attributes_follow` (a rename judged on a region
+    of a file): whether `obj.OLD` must follow the rename, as `attributes_follow(whole file)` says."""
     suffix = Path(path).suffix.lower()
     if CHECKED_SUFFIXES.get(suffix) != "python":
         return unchecked(f"no instruction check for {suffix or 'this file type'} files")
-    if update is not None:
-        return check_snippet_merge(original, answer, update)
-    text = _normalize(instruction)
-    for parse in (_parse_rename, _parse_debug_print, _parse_fstring, _parse_type_hints, _parse_add_parameter,
-                  _parse_delete, _parse_set_constant):
-        checker = parse(text)
-        if checker is not None:
-            return checker(Source(original), Source(answer))
-    return unchecked("the check does not understand this instruction")
-
-
-Checker = Callable[[Source, Source], CheckVerdict]
+    if isinstance(intent, SnippetMerge):
+        return check_snippet_merge(original, answer, intent.update)
+    if isinstance(intent, FreeForm):
+        return unchecked("the check does not understand this instruction")
+    old, new = Source(original), Source(answer)
+    match intent:
+        case Rename():
+            return check_rename(old, new, intent.old, intent.new, intent.scope, attributes_follow)
+        case SetConstant():
+            return check_set_constant(old, new, intent.name, [intent.value])
+        case Delete():
+            return check_delete(old, new, intent.name, intent.types)
+        case RemovePrints():
+            return check_debug_prints(old, new, intent.scope, intent.plural)
+        case AddParameter():
+            return check_add_parameter(old, new, intent.function, intent.param, intent.default)
+        case FStrings():
+            return check_fstrings(old, new, intent.scope)
+        case TypeHints():
+            return check_type_hints(old, new, intent.scope)
+    raise TypeError(f"no check for {intent!r}")
 
 
 # -- rename ----------------------------------------------------------------------------------
-def _parse_rename(text: str) -> Checker | None:
-    for pattern in _RENAMES:
-        match = pattern.fullmatch(text)
-        if match and match["old"] != match["new"]:
-            groups = match.groupdict()
-            scopes = {groups.get(g) for g in ("scope", "scope2", "scope3")} - {None}
-            if len(scopes) > 1:
-                return None  # "in f, rename x to y inside g": which?
-            scope = scopes.pop() if scopes else None
-            if scope in ("this", "the", "file", "module"):
-                scope = None
-            return lambda old, new, m=match, s=scope: check_rename(old, new, m["old"], m["new"], s)
-    return None
 
 
-def check_rename(old: Source, new: Source, name: str, replacement: str, scope: str | None = None) -> CheckVerdict:
+def check_rename(
+    old: Source, new: Source, name: str, replacement: str, scope: str | None = None, follow: bool | None = None
+) -> CheckVerdict:
     kind = "rename"
     if not scope:
-        return _check_rename_in(old, new, name, replacement, None, [(0, len(old.data))])
+        follow = attributes_follow(old, name) if follow is None else follow
+        return _check_rename_in(old, new, name, replacement, None, [(0, len(old.data))], follow)
     scopes = _definitions(old, scope, ("function_definition", "class_definition"))
     if not scopes:
         if _same(old, new):
@@ -381,11 +305,20 @@ def check_rename(old: Source, new: Source, name: str, replacement: str, scope: s
         return CheckVerdict(kind, False, f"there is no `{scope}` in the file, yet the answer changes it ({first_difference(old, new)})")
     # Several definitions of that name: the answer is right if it is right for one of them.
     mentioning = [n for n in scopes if re.search(rf"\b{re.escape(name)}\b", old.node_text(n))] or scopes[:1]
-    verdicts = [_check_rename_in(old, new, name, replacement, scope, [(n.start_byte, n.end_byte)]) for n in mentioning]
+    verdicts = [_check_rename_in(old, new, name, replacement, scope, [(n.start_byte, n.end_byte)], False) for n in mentioning]
     return next((v for v in verdicts if v.ok), verdicts[0])
 
 
-def _check_rename_in(old: Source, new: Source, name: str, replacement: str, scope: str | None, ranges) -> CheckVerdict:
+def attributes_follow(source: Source, name: str) -> bool:
+    """Whether `obj.NAME` is a use a rename of NAME must follow: NAME is a member (a method, a
+    class attribute, `self.NAME = ...`), or occurs only as attributes."""
+    names = any(t.kind == "identifier" and t.text == name and t.role == "name" for t in source.tokens)
+    return not names or _is_member(source, name)
+
+
+def _check_rename_in(
+    old: Source, new: Source, name: str, replacement: str, scope: str | None, ranges, follow: bool
+) -> CheckVerdict:
     kind = "rename"
     where = f" in {scope}" if scope else ""
     occurrences = [i for i, t in enumerate(old.tokens) if t.kind == "identifier" and t.text == name]
@@ -398,9 +331,7 @@ def _check_rename_in(old: Source, new: Source, name: str, replacement: str, scop
         return CheckVerdict(kind, False, f"`{name}` does not occur{where}, yet the answer changes the file ({first_difference(old, new)})")
     names = [i for i in in_scope if old.tokens[i].role == "name"]
     attributes = [i for i in in_scope if old.tokens[i].role == "attribute"]
-    required = set(names)
-    if not scope and (not names or _is_member(old, name)):
-        required |= set(attributes)
+    required = set(names) | (set(attributes) if follow else set())
     free = set(in_scope) - required
     if not required and _same(old, new):
         return unchecked(f"`{name}` occurs{where} only in strings or comments (line {old.tokens[free_text[0]].line}), "
@@ -481,17 +412,6 @@ def _renamed_words(before: str, after: str, name: str, replacement: str) -> bool
 
 
 # -- set a constant --------------------------------------------------------------------------
-def _parse_set_constant(text: str) -> Checker | None:
-    for pattern in _SET_CONSTANT:
-        match = pattern.fullmatch(text)
-        if not match:
-            continue
-        value = match["value"].strip().strip("`").strip()
-        candidates = [value]
-        if match.groupdict().get("verb", "").lower() == "change" and re.fullmatch(r"[A-Za-z_]\w*", value) and value not in ("True", "False", "None"):
-            return None  # "change a to b": a rename or a new value? unchecked
-        return lambda old, new, m=match, c=candidates: check_set_constant(old, new, m["name"], c)
-    return None
 
 
 def _literal(text: str):
@@ -587,13 +507,6 @@ def _outside_differs(old: Source, new: Source, old_spans, new_spans) -> str | No
 
 
 # -- delete a function or class --------------------------------------------------------------
-def _parse_delete(text: str) -> Checker | None:
-    match = _DELETE.fullmatch(text)
-    if not match:
-        return None
-    what = (match["what"] or match["what2"] or "").lower()
-    types = ("class_definition",) if what == "class" else ("function_definition",) if what else ("function_definition", "class_definition")
-    return lambda old, new: check_delete(old, new, match["name"], types)
 
 
 def check_delete(old: Source, new: Source, name: str, types: tuple[str, ...]) -> CheckVerdict:
@@ -624,13 +537,6 @@ def check_delete(old: Source, new: Source, name: str, types: tuple[str, ...]) ->
 
 
 # -- debug prints ----------------------------------------------------------------------------
-def _parse_debug_print(text: str) -> Checker | None:
-    match = _DEBUG_PRINT.fullmatch(text)
-    if not match:
-        return None
-    quantity = (match["quantity"] or "").strip().lower()
-    plural = quantity in ("all", "any", "all the", "every", "each") or match["noun"].lower().endswith("s")
-    return lambda old, new: check_debug_prints(old, new, match["scope"], plural)
 
 
 def _print_statements(source: Source, ranges) -> list:
@@ -697,14 +603,6 @@ def _count(n: int, noun: str) -> str:
 
 
 # -- add a parameter -------------------------------------------------------------------------
-def _parse_add_parameter(text: str) -> Checker | None:
-    for pattern in _ADD_PARAMETER:
-        match = pattern.fullmatch(text)
-        if match:
-            groups = match.groupdict()
-            default = groups.get("default") or groups.get("default2")
-            return lambda old, new, m=match, d=default: check_add_parameter(old, new, m["scope"], m["param"], d and d.strip().strip("`"))
-    return None
 
 
 def _parameters(source: Source, node) -> list[tuple[str, str, object]]:
@@ -765,15 +663,12 @@ def check_add_parameter(old: Source, new: Source, function: str, param: str, def
 
 
 # -- %-formatting to f-strings ---------------------------------------------------------------
-def _parse_fstring(text: str) -> Checker | None:
-    match = _FSTRING.fullmatch(text)
-    if not match:
-        return None
-    return lambda old, new: check_fstrings(old, new, match["scope"])
 
 
 _SPEC = re.compile(r"%(?P<flags>[-0+ #]*)(?P<width>\d+)?(?:\.(?P<precision>\d+))?(?P<type>[sdirfFeEgGxXoa%])")
-_MECHANICAL = re.compile(r"%(\.\d+f|[sdirf])")  # the conversions the apply model is trained on
+# The conversions the apply model is trained to turn into f-string fields (and its data generator makes).
+MECHANICAL_CONVERSION = r"\.\d+f|[sdirf]"
+MECHANICAL = re.compile(f"%({MECHANICAL_CONVERSION})")
 
 
 def _percent_formats(source: Source, ranges) -> list:
@@ -923,7 +818,7 @@ def _mechanical(source: Source, node) -> bool:
     if any(c in inner for c in "\\{}\n") or "%%" in inner:
         return False
     arguments = _arguments(source, node)
-    specs = _MECHANICAL.findall(inner)
+    specs = MECHANICAL.findall(inner)
     if arguments is None or inner.count("%") != len(specs) or len(specs) != len(arguments):
         return False
     return not any(c in source.node_text(a) for a in arguments for c in "\\'\"\n{}")
@@ -996,12 +891,6 @@ def _equivalent(old: Source, percent, new: Source, fstring) -> bool | None:
 
 
 # -- type hints ------------------------------------------------------------------------------
-def _parse_type_hints(text: str) -> Checker | None:
-    for pattern in _TYPE_HINTS:
-        match = pattern.fullmatch(text)
-        if match:
-            return lambda old, new, m=match: check_type_hints(old, new, m.groupdict().get("scope"))
-    return None
 
 
 _TYPING_MODULES = ("typing", "typing_extensions", "collections.abc", "__future__", "collections")

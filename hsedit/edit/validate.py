@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 CHECKED_SUFFIXES = {".py": "python", ".pyi": "python"}
@@ -20,8 +20,10 @@ class Validation:
         return self.language is not None
 
 
-@lru_cache(maxsize=None)
-def _parser(language: str):
+@cache
+def parser(language: str = "python"):
+    """The one tree-sitter parser of each language hsedit reads (validation, the instruction
+    check, the region split)."""
     import tree_sitter_python
     from tree_sitter import Language, Parser
 
@@ -33,7 +35,7 @@ def validate(path: str | Path, text: str) -> Validation:
     language = CHECKED_SUFFIXES.get(Path(path).suffix.lower())
     if language is None:
         return Validation(None, True, f"no syntax check for {Path(path).suffix or 'this file type'}")
-    tree = _parser(language).parse(text.encode("utf-8"))
+    tree = parser(language).parse(text.encode("utf-8"))
     problem = _first_problem(tree.root_node)
     if problem is None:
         return Validation(language, True)

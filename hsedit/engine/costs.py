@@ -131,6 +131,7 @@ def _cost_key(engine: Any) -> dict:
         "model": str(weights),
         "weights": [(f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in files],
         "options": options,
+        "dtype": engine.options.resolved_dtype,  # and compiled or eager, in the options: a step's price is theirs
         "max_draft": engine.proposer.max_draft if engine.proposer else 0,
         "shapes": [PROFILE_SHAPES, PROFILE_PASSES],
         "machine": [platform.machine(), _cpu_model(), os.cpu_count(), torch.get_num_threads()],

@@ -8,6 +8,27 @@ from dataclasses import dataclass
 from hsedit.drafting.chain import HYBRID, COPY
 from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, PRICED_MAX_DRAFT
 
+AUTO_DTYPE = "auto"
+DTYPES = (AUTO_DTYPE, "bfloat16", "float32")
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def machine_dtype() -> str:
+    """bf16 where the hardware has it natively, else fp32 (what `--dtype auto` means here)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return "bfloat16" if any(flag in flags for flag in BF16_CPU_FLAGS) else "float32"
+
 
 @dataclass(frozen=True)
 class EngineOptions:
@@ -18,6 +39,9 @@ class EngineOptions:
     dspark: str | None = None  # DSpark drafter directory; None: the shipped one (default model only)
     copy_acceptance: str | None = None  # copy acceptance coefficients; None: as `hsedit calibrate` left them
     compile: bool = False  # vLLM's compiled mode: faster steps, minutes to start
+    # The target's dtype: "auto" is bf16 where the hardware computes it natively (a GPU, a CPU with
+    # AVX512-BF16 or AMX), else fp32; "bfloat16" or "float32" to choose.
+    dtype: str = "auto"
     kv_cache_gib: float = 1.0
     max_model_len: int | None = None
     seed: int = 0
@@ -40,6 +64,10 @@ class EngineOptions:
             and self.pipeline_parallel_size == 1
             and self.distributed_executor_backend in (None, "uni")
         )
+
+    @property
+    def resolved_dtype(self) -> str:
+        return machine_dtype() if self.dtype == AUTO_DTYPE else self.dtype
 
     @property
     def max_draft(self) -> int:

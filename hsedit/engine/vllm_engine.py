@@ -56,7 +56,7 @@ def start_vllm(options: EngineOptions, model_path: str, counts: SpecCounts) -> t
         raise ModelError(f"vLLM is not importable: {one_line(exc)}") from exc
     kwargs: dict[str, Any] = dict(
         model=model_path,
-        dtype="float32",
+        dtype=options.resolved_dtype,
         enforce_eager=not options.compile,
         gpu_memory_utilization=0.5,
         kv_cache_memory_bytes=int(options.kv_cache_gib * (1 << 30)),

@@ -41,6 +41,7 @@ class ServerSettings:
     max_queue: int = 64  # requests held at once (waiting + running); beyond: 429
     max_body_bytes: int = 4 << 20
     max_tokens: int | None = None  # per request; None: the model's context length
+    daemon: dict | None = None  # a background engine's own state (hsedit/daemon.py), for /health
 
 
 class HttpError(Exception):
@@ -76,9 +77,10 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
     @app.get("/health")
     async def health() -> dict:
         target = engine.drafter_target
+        daemon = settings.daemon and {**settings.daemon, "idle_s": round(worker.idle_seconds(), 1)}
         return {"status": "ok", "model": settings.served_model, "drafter": settings.drafter,
                 "waiting": worker.waiting, "running": worker.running,
-                "dspark_target": target.as_dict() if target else None}
+                "dspark_target": target.as_dict() if target else None, "daemon": daemon}
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:

@@ -9,12 +9,13 @@ turns that into a clean exit, where the default would kill the process.)
 from __future__ import annotations
 
 import ipaddress
+import os
 import signal
 import socket
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-
-import os
+from dataclasses import replace
+from pathlib import Path
 
 from hsedit.config import API_KEY_VARIABLE, ProjectConfig
 from hsedit.engine.engine import Engine, EngineOptions
@@ -44,6 +45,7 @@ def server_settings(
     distributed_executor_backend: str | None = None,
     compile: bool = False,
     dspark: str | None = None,
+    dtype: str | None = None,
 ) -> tuple[EngineOptions, ServerSettings]:
     """`hsedit serve`'s flags (each resolved flag, environment, `config`, default) -> the engine's
     options and the server's settings, checked before the engine's slow start, not after it."""
@@ -55,6 +57,7 @@ def server_settings(
         model=config.resolve("model", model, None), drafter=config.drafter_or_default(drafter), compile=compile,
         dspark=dspark, tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
         distributed_executor_backend=distributed_executor_backend, multiprocessing=multiprocessing,
+        dtype=config.dtype_or_default(dtype),
     )
     settings = ServerSettings(
         served_model=options.model or "embedded", drafter=options.drafter, api_key=api_key, max_queue=max_queue,
@@ -85,29 +88,47 @@ def serve(
     host: str,
     port: int,
     on_ready: Callable[[str], None] = print,
+    socket_path: Path | None = None,
+    daemon_key: str | None = None,
+    keep_alive_s: float | None = None,
 ) -> None:
+    """Serve on host:port, or (a background engine, hsedit/daemon.py) on a Unix socket only its
+    owner can reach, ending itself after `keep_alive_s` idle or when its installation changes."""
     import uvicorn
 
-    check_exposure(host, settings.api_key)
-    _check_port_free(host, port)
+    from hsedit import daemon
+
+    state = None
+    if socket_path is not None:
+        state = daemon.daemon_state(options, socket_path, daemon_key or "", keep_alive_s or daemon.KEEP_ALIVE_S)
+        settings = replace(settings, daemon=state.as_dict())
+    else:
+        check_exposure(host, settings.api_key)
+        _check_port_free(host, port)
     engine = Engine(options)
     worker = EngineWorker(engine, max_queue=settings.max_queue)
 
     @asynccontextmanager
     async def lifespan(app):
         worker.start()
-        on_ready(f"http://{host}:{port}")
+        if state is not None:
+            os.chmod(socket_path, 0o600)
+            daemon.announce(state)
+            daemon.watch(state, options, worker.idle_seconds)
+        on_ready(f"unix:{socket_path}" if socket_path is not None else f"http://{host}:{port}")
         try:
             yield
         finally:
             worker.stop(abort=True)
             engine.close()
+            if socket_path is not None:
+                daemon.forget(socket_path)
 
     app = create_app(worker, settings)
     app.router.lifespan_context = lifespan
+    where = {"uds": str(socket_path)} if socket_path is not None else {"host": host, "port": port}
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        access_log=False,
+        app, **where, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, access_log=False,
     )
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop_signal, _exit_cleanly)

@@ -70,6 +70,7 @@ class EngineWorker:
         self._cancelled: set[int] = set()  # ticket ids
         self._running: dict[int, Ticket] = {}  # in the engine; touched by the engine thread only
         self._held = 0  # submitted + running: what --max-queue bounds
+        self._last_active = time.monotonic()  # when a request last came in or finished
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="hsedit-engine", daemon=True)
 
@@ -86,6 +87,7 @@ class EngineWorker:
             ticket = Ticket(next(self._ids), build_request, listener)
             self._submitted.append(ticket)
             self._held += 1
+            self._last_active = time.monotonic()
             self._wake.notify()
         return ticket
 
@@ -105,6 +107,11 @@ class EngineWorker:
             self._wake.notify()
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+    def idle_seconds(self) -> float:
+        """How long the server has held no request (0 while it holds one)."""
+        with self._wake:
+            return 0.0 if self._held else time.monotonic() - self._last_active
 
     @property
     def waiting(self) -> int:
@@ -178,3 +185,4 @@ class EngineWorker:
             ticket.listener(error)
         with self._wake:
             self._held -= 1
+            self._last_active = time.monotonic()

@@ -29,20 +29,23 @@ def finetune_data(
     out: Annotated[Path, typer.Option(help="JSON-lines file to write.")],
     per_kind: Annotated[int, typer.Option(help="Training examples per edit kind.", min=1)] = 70,
     file_per_kind: Annotated[int, typer.Option(help="Whole-file examples per edit kind (50-200-line files), besides the chunks.", min=0)] = 0,
+    region_per_kind: Annotated[int, typer.Option(help="Region examples per edit kind (regions of files of any size, cut and picked as `apply --scope regions` does), besides the chunks.", min=0)] = 0,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
     """Generate instructed edits with exact targets from installed Python source."""
     from collections import Counter
 
-    from hsedit.train.finetune.dataset import generate, generate_whole_files, save
+    from hsedit.train.finetune.dataset import generate, generate_regions, generate_whole_files, save
 
     examples = generate(seed=seed, limit_per_kind=per_kind)
     if file_per_kind:
         examples += generate_whole_files(seed=seed, limit_per_kind=file_per_kind)
+    if region_per_kind:
+        examples += generate_regions(seed=seed, limit_per_kind=region_per_kind)
     save(examples, out)
     counts = Counter((e.split, e.scope, e.kind) for e in examples)
     for (split, scope, kind), n in sorted(counts.items()):
-        typer.echo(f"{split:5} {scope:5} {kind:20} {n}")
+        typer.echo(f"{split:5} {scope:6} {kind:20} {n}")
 
 
 @finetune_app.command("train")
@@ -59,6 +62,8 @@ def finetune_train(
     bf16: Annotated[bool, typer.Option(help="bf16 autocast (faster on CPUs with AVX-512 BF16).")] = False,
     checkpoint: Annotated[Optional[Path], typer.Option(help="Resume from and save to this directory (adapter, optimizer, data position, RNG): runs accumulate.")] = None,
     budget_tokens: Annotated[Optional[int], typer.Option(help="With --checkpoint: decay the learning rate over this many tokens, counted over every run.", min=1)] = None,
+    changed_weight: Annotated[float, typer.Option(help="Loss weight of the answer's tokens on changed lines (and the few after each change) against 1 for copied lines.", min=0.0)] = 1.0,
+    examples: Annotated[Optional[int], typer.Option(help="Stop (and save) after this many examples in this run: two runs on the same data and seed then see the same examples.", min=1)] = None,
 ) -> None:
     """LoRA fine-tune of the apply model (CPU or GPU: torch decides)."""
     from hsedit.engine.provision import resolve_model
@@ -70,6 +75,7 @@ def finetune_train(
         learning_rate=learning_rate, epochs=epochs, time_budget_s=minutes * 60 if minutes else None,
         max_tokens=max_tokens, init_adapter=str(init_adapter) if init_adapter else None, bf16=bf16,
         checkpoint=str(checkpoint) if checkpoint else None, budget_tokens=budget_tokens,
+        changed_weight=changed_weight, stop_after_examples=examples,
     )
     summary = train(config, log=typer.echo)
     typer.echo(json.dumps(summary))
@@ -80,18 +86,37 @@ def finetune_eval(
     model: Annotated[Optional[str], typer.Option(help="Model to evaluate (default: the shipped apply model).")] = None,
     data: Annotated[Optional[Path], typer.Option(help="Examples (default: the shipped held-out set).")] = None,
     whole_files: Annotated[bool, typer.Option("--whole-files", help="The shipped held-out whole files (50-200 lines) instead of the chunks.")] = False,
+    regions: Annotated[bool, typer.Option("--regions", help="The shipped held-out regions (as `apply --scope regions` sends them) instead of the chunks.")] = False,
+    renames: Annotated[Optional[str], typer.Option(help="small or large: the held-out renames in real files, each run end to end as `hsedit apply` runs it (--scope decides how).")] = None,
+    scope: Annotated[str, typer.Option(help="With --renames: auto, file or regions.")] = "auto",
+    retries: Annotated[Optional[int], typer.Option(help="With --renames: region retries (default: apply's).", min=0)] = None,
     limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N per kind.", min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Exact-match, unchanged-lines-kept, parse and cut-off rates per edit kind on held-out files."""
+    from hsedit.config import check_scope
     from hsedit.engine.engine import EngineOptions, shared_engine
-    from hsedit.train.finetune.dataset import HELDOUT, HELDOUT_FILES, load
-    from hsedit.train.finetune.evaluate import evaluate, overall
+    from hsedit.train.finetune.dataset import HELDOUT, HELDOUT_FILES, HELDOUT_REGIONS, HELDOUT_RENAMES, load
+    from hsedit.train.finetune.evaluate import evaluate, evaluate_edits, overall
 
-    if data and whole_files:
-        raise UsageError("--data and --whole-files choose the same thing: give one")
-    examples = load(data or (HELDOUT_FILES if whole_files else HELDOUT), split=None if data else "eval", per_kind=limit)
+    if sum(map(bool, (data, whole_files, regions, renames))) > 1:
+        raise UsageError("--data, --whole-files, --regions and --renames each choose the examples: give one")
     engine = shared_engine(EngineOptions(model=model, drafter=COPY))
+    if renames is not None:
+        if renames not in HELDOUT_RENAMES:
+            raise UsageError(f"--renames takes {' or '.join(HELDOUT_RENAMES)}, not {renames!r}")
+        outcomes = evaluate_edits(engine, load(HELDOUT_RENAMES[renames])[:limit], check_scope(scope), retries)
+        for o in outcomes:
+            typer.echo(json.dumps(o.__dict__ | {"wrong_success": o.wrong_success}))
+        typer.echo(json.dumps({
+            "renames": renames, "scope": scope, "n": len(outcomes), "exact": sum(o.exact for o in outcomes),
+            "written": sum(o.status == "ok" for o in outcomes), "wrong_success": sum(o.wrong_success for o in outcomes),
+            "refused_for_size": sum(o.status == "refused: 4" for o in outcomes),
+            "seconds": round(sum(o.seconds for o in outcomes), 1),
+        }))
+        return
+    chosen = HELDOUT_FILES if whole_files else HELDOUT_REGIONS if regions else HELDOUT
+    examples = load(data or chosen, split=None if data else "eval", per_kind=limit)
     reports = evaluate(engine, examples)
     rows = [r.as_dict() for r in reports] + [overall(reports)]
     if as_json:
@@ -100,6 +125,43 @@ def finetune_eval(
     from hsedit.ui import eval_table
 
     Console().print(eval_table(model or "embedded", rows))
+
+
+@finetune_app.command("compare")
+def finetune_compare(
+    adapter: Annotated[Path, typer.Argument(help="The candidate LoRA adapter directory.")],
+    shipped: Annotated[Optional[Path], typer.Option(help="The adapter to beat (default: the shipped one).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Held-out examples (default: the shipped held-out regions).")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """The shipping rule: both adapters on the same held-out regions, paired; exit 0 when the
+    candidate ships (better overall with 95% confidence, no kind worse beyond its noise), else 1."""
+    from hsedit.engine.engine import EngineOptions, shared_engine
+    from hsedit.engine.provision import DEFAULT_ADAPTER, convert_gguf, default_gguf, merged_model
+    from hsedit.train.finetune.dataset import HELDOUT_REGIONS, load
+    from hsedit.train.finetune.evaluate import evaluate_cached
+    from hsedit.train.finetune.shipping import compare, verdict
+
+    examples = load(data or HELDOUT_REGIONS, split=None if data else "eval")
+    base = convert_gguf(default_gguf())
+    results = {}
+    for name, directory in (("shipped", shipped or DEFAULT_ADAPTER), ("candidate", adapter)):
+        model = str(merged_model(base, Path(directory)))
+        results[name] = evaluate_cached(lambda m=model: shared_engine(EngineOptions(model=m, drafter=COPY)), model, examples)
+    pairs: dict[str, list[tuple[bool, bool]]] = {}
+    for example, old, new in zip(examples, results["shipped"], results["candidate"]):
+        pairs.setdefault(example.kind, []).append((old, new))
+    kinds, total = compare(pairs)
+    ships, why = verdict(kinds, total)
+    if as_json:
+        typer.echo(json.dumps({"ships": ships, "why": why, "kinds": [k.as_dict() for k in [*kinds, total]]}))
+    else:
+        for k in [*kinds, total]:
+            typer.echo(f"{k.kind:20} n={k.n:3}  exact {k.shipped_exact:3} -> {k.candidate_exact:3}  "
+                       f"+{k.wins} -{k.losses}  p_better {k.p_better:.3f}  p_worse {k.p_worse:.3f}"
+                       + ("  WORSE" if k.worse else ""))
+        typer.echo(("ships: " if ships else "does not ship: ") + why)
+    raise typer.Exit(0 if ships else 1)
 
 
 def calibrate(

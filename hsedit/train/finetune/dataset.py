@@ -42,6 +42,8 @@ NO_CHANGE_SHARE = 0.1  # whole files given an instruction that does not apply: t
 HELDOUT = Path(__file__).resolve().parent / "heldout.jsonl"  # the shipped evaluation set (chunks)
 # The whole-file evaluation set: heldout_whole_files(seed=0) from this project's Python install.
 HELDOUT_FILES = Path(__file__).resolve().parent / "heldout_files.jsonl"
+# The region evaluation set: generate_regions(seed=0, limit_per_kind=40, split="eval").
+HELDOUT_REGIONS = Path(__file__).resolve().parent / "heldout_regions.jsonl"
 # Examples per kind in HELDOUT_FILES: renames first, as whole-file renames are what the model failed.
 HELDOUT_FILE_QUOTAS = {
     "rename_function": 10, "rename_class": 8, "rename_local": 8, "rename_variable": 10, "no_change": 6,
@@ -60,7 +62,9 @@ class Example:
     after: str
     update: str | None
     split: str  # "train" or "eval"
-    scope: str = "chunk"  # "chunk" (a run of statements) or "file" (a whole file, or its top)
+    # "chunk" (a run of statements), "file" (a whole file, or its top) or "region" (a region of a
+    # file as `hsedit apply --scope regions` shows it: hsedit/edit/regions.py)
+    scope: str = "chunk"
 
 
 def source_roots() -> list[Path]:
@@ -74,7 +78,9 @@ def split_of(relative: str) -> str:
     return "eval" if digest % 100 < HELD_OUT_PERCENT else "train"
 
 
-def source_files(roots: list[Path] | None = None) -> Iterator[tuple[str, str]]:
+def source_files(
+    roots: list[Path] | None = None, lines_between: tuple[int, int] = (MIN_FILE_LINES, MAX_FILE_LINES)
+) -> Iterator[tuple[str, str]]:
     """(relative path, text) of usable source files, in a stable order."""
     for root in roots or source_roots():
         for path in sorted(root.rglob("*.py")):
@@ -87,7 +93,7 @@ def source_files(roots: list[Path] | None = None) -> Iterator[tuple[str, str]]:
             except (UnicodeDecodeError, OSError):
                 continue
             lines = text.splitlines()
-            if not MIN_FILE_LINES <= len(lines) <= MAX_FILE_LINES:
+            if not lines_between[0] <= len(lines) <= lines_between[1]:
                 continue
             head = "\n".join(lines[:5]).lower()
             if "generated" in head or "do not edit" in head:
@@ -290,3 +296,147 @@ def load(path: str | Path, split: str | None = None, per_kind: int | None = None
         if seen[row.kind] <= per_kind:
             kept.append(row)
     return kept
+
+
+# -- regions ---------------------------------------------------------------------------------
+# Files of any size give region examples: a region shows the model the same few dozen lines
+# whatever the file's length. Each whole-file edit gives at most this many of its regions.
+REGION_FILE_LINES = (30, 1500)
+REGIONS_PER_EDIT = 3
+REGION_KINDS = ("rename_function", "rename_class", "rename_variable", "rename_local", "change_constant",
+                "delete_function", "add_type_hints", "percent_to_fstring", "remove_debug_print", "add_parameter",
+                "snippet_merge")
+
+
+def generate_regions(
+    seed: int = 0,
+    limit_per_kind: int = 100,
+    split: str = "train",
+    files: Iterable[tuple[str, str]] | None = None,
+) -> list[Example]:
+    """Region examples of one split: a whole-file edit made by a generator, cut and picked exactly
+    as `hsedit apply --scope regions` cuts and picks (`region_examples`), up to `limit_per_kind`
+    examples per edit kind (an edit's regions count for its kind)."""
+    rng = random.Random(seed)
+    counts: Counter[str] = Counter()
+    examples: list[Example] = []
+    ordered = [(r, t) for r, t in (source_files(lines_between=REGION_FILE_LINES) if files is None else files)
+               if split_of(r) == split]
+    rng.shuffle(ordered)
+    for relative, text in ordered:
+        open_kinds = [k for k in REGION_KINDS if counts[k] < limit_per_kind]
+        if not open_kinds:
+            break
+        rng.shuffle(open_kinds)
+        open_kinds.sort(key=lambda kind: counts[kind])
+        for kind in open_kinds:
+            edit = _whole_file_edit(text, kind, rng)
+            if edit is None:
+                continue
+            made = region_examples(edit, relative, split, rng)
+            if made:
+                counts[kind] += len(made)
+                examples += made
+                break
+    return examples
+
+
+def _whole_file_edit(text: str, kind: str, rng: random.Random) -> Edit | None:
+    if kind == "snippet_merge":
+        for other in rng.sample(list(FILE_GENERATORS), len(FILE_GENERATORS)):
+            if other == "no_change":
+                continue
+            edit = FILE_GENERATORS[other](text, rng)
+            if edit is not None and edit.before != edit.after:
+                return as_snippet_merge(edit)
+        return None
+    edit = FILE_GENERATORS[kind](text, rng)
+    return edit if edit is not None and edit.before != edit.after else None
+
+
+def region_examples(edit: Edit, path: str, split: str, rng: random.Random) -> list[Example]:
+    """The regions `hsedit apply` would send for this edit, each with its exact answer (the whole
+    file's target, line for line, under the same head), kept only where the instruction check
+    passes that answer on the region: what inference asks, what it accepts. Regions the edit does
+    not change stay in, answered as they are: inference sends them too (a deletion's neighbour)."""
+    from hsedit.edit.check import Source, attributes_follow, check_intent
+    from hsedit.edit.intent import FreeForm, Rename, parse_intent
+    from hsedit.edit.regions import regions_for
+
+    intent = parse_intent(edit.instruction, edit.update)
+    if isinstance(intent, FreeForm):
+        return []
+    before_lines = edit.before.splitlines(keepends=True)
+    after_lines = edit.after.splitlines(keepends=True)
+    line_map = _line_map(before_lines, after_lines)
+    follow = attributes_follow(Source(edit.before), intent.old) if isinstance(intent, Rename) and not intent.scope else None
+    made = []
+    regions = regions_for(edit.before, intent)
+    for region in rng.sample(regions, min(REGIONS_PER_EDIT, len(regions))):
+        spans = [*region.head, (region.start, region.end)]
+        mapped = [_mapped(line_map, a, b) for a, b in spans]
+        if any(m is None for m in mapped):
+            continue  # a change straddles the region's edge: no clean answer for it alone
+        after = "".join("".join(after_lines[a:b]) for a, b in mapped)
+        verdict = check_intent(path if path.endswith(".py") else path + ".py", region.shown, after, intent,
+                               attributes_follow=follow)
+        if verdict.ok is False:
+            continue
+        made.append(Example(_kind_of(edit), path, edit.instruction, region.shown, after, edit.update, split, "region"))
+    return made
+
+
+def _kind_of(edit: Edit) -> str:
+    return edit.kind if edit.update is None else "snippet_merge"
+
+
+def _line_map(before: list[str], after: list[str]) -> dict[int, int | None]:
+    """Each line boundary of `before` (0..len) to the same boundary in `after`, None inside a change."""
+    import difflib
+
+    boundary: dict[int, int | None] = {}
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1 + 1):
+                boundary[i1 + k] = j1 + k
+        else:
+            boundary.setdefault(i1, j1)
+            for k in range(i1 + 1, i2):
+                boundary[k] = None
+            boundary[i2] = j2
+    return boundary
+
+
+def _mapped(line_map: dict[int, int | None], start: int, end: int) -> tuple[int, int] | None:
+    a, b = line_map.get(start), line_map.get(end)
+    return None if a is None or b is None else (a, b)
+
+
+# -- held-out renames through `hsedit apply` ---------------------------------------------------
+# Whole real files of held-out paths, a name renamed at every use: what a user asks of a file,
+# measured end to end (cut, regions, checks, splice) rather than on one region's answer.
+SMALL_FILES, LARGE_FILES = (47, 300), (470, 1035)
+HELDOUT_RENAMES = {
+    "small": Path(__file__).resolve().parent / "heldout_renames_small.jsonl",
+    "large": Path(__file__).resolve().parent / "heldout_renames_large.jsonl",
+}
+
+
+def heldout_renames(lines_between: tuple[int, int], count: int, seed: int = 0,
+                    files: Iterable[tuple[str, str]] | None = None) -> list[Example]:
+    """`count` renames (functions, classes and variables in turn) in eval-split files of that many lines."""
+    from hsedit.train.finetune.edits import rename_everywhere
+
+    rng = random.Random(seed)
+    ordered = [(r, t) for r, t in (source_files(lines_between=lines_between) if files is None else files)
+               if split_of(r) == "eval"]
+    rng.shuffle(ordered)
+    examples: list[Example] = []
+    whats = ("function", "class", "variable")
+    for relative, text in ordered:
+        if len(examples) >= count:
+            break
+        edit = rename_everywhere(text, rng, whats[len(examples) % len(whats)])
+        if edit is not None:
+            examples.append(_example(edit, relative, "eval", scope="file"))
+    return examples

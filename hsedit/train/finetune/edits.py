@@ -20,6 +20,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hsedit.edit.check import MECHANICAL, MECHANICAL_CONVERSION
+
 EXISTING_CODE = "# ... existing code ..."
 
 
@@ -211,6 +213,14 @@ def rename_definition(source: str, rng: random.Random, classes: bool) -> Edit | 
     return None
 
 
+RENAME_LOCAL_TEMPLATES = (
+    "in {func}, rename the local variable {old} to {new}",
+    "Rename the variable `{old}` in `{func}` to `{new}`.",
+    "rename {old} to {new} inside {func}",
+    "{func}: the variable {old} should be named {new}",
+)
+
+
 def rename_local(source: str, rng: random.Random) -> Edit | None:
     tree = _parse(source)
     if tree is None:
@@ -244,16 +254,12 @@ def rename_local(source: str, rng: random.Random) -> Edit | None:
             rows = (function.lineno, function.end_lineno)
             after = target and rename_tokens(source, old, target, rows)
             if after and _parse(after) is not None:
-                text = rng.choice(
-                    (
-                        "in {func}, rename the local variable {old} to {new}",
-                        "Rename the variable `{old}` in `{func}` to `{new}`.",
-                        "rename {old} to {new} inside {func}",
-                        "{func}: the variable {old} should be named {new}",
-                    )
-                ).format(func=function.name, old=old, new=target)
+                text = rng.choice(RENAME_LOCAL_TEMPLATES).format(func=function.name, old=old, new=target)
                 return Edit("rename_local", text, source, after)
     return None
+
+
+CONSTANT_TEMPLATES = ("change {name} to {v}", "set {name} to {v}", "Set the constant `{name}` to {v}.", "{name} should be {v}")
 
 
 def change_constant(source: str, rng: random.Random) -> Edit | None:
@@ -291,7 +297,7 @@ def change_constant(source: str, rng: random.Random) -> Edit | None:
     span = (_start(source, node.value), _end(source, node.value), literal)
     after = _replace_spans(source, [span])
     name = node.targets[0].id
-    text = rng.choice(("change {name} to {v}", "set {name} to {v}", "Set the constant `{name}` to {v}.", "{name} should be {v}")).format(name=name, v=literal)
+    text = rng.choice(CONSTANT_TEMPLATES).format(name=name, v=literal)
     return Edit("change_constant", text, source, after)
 
 
@@ -326,6 +332,12 @@ def delete_function(source: str, rng: random.Random) -> Edit | None:
         return None
     text = rng.choice(DELETE_INSTRUCTIONS)
     return Edit("delete_function", text.format(f=node.name), source, after)
+
+
+TYPE_HINT_TEMPLATES = (
+    "add type hints to {f}", "Annotate the parameters and return type of `{f}`.", "add type annotations to the function {f}",
+    "{f} needs type hints",
+)
 
 
 def add_type_hints(source: str, rng: random.Random) -> Edit | None:
@@ -371,7 +383,7 @@ def add_type_hints(source: str, rng: random.Random) -> Edit | None:
         return None
     if _parse(stripped) is None or stripped == source:
         return None
-    text = rng.choice(("add type hints to {f}", "Annotate the parameters and return type of `{f}`.", "add type annotations to the function {f}", "{f} needs type hints"))
+    text = rng.choice(TYPE_HINT_TEMPLATES)
     return Edit("add_type_hints", text.format(f=node.name), stripped, source)
 
 
@@ -381,7 +393,7 @@ FSTRING_INSTRUCTIONS = (
     "replace the old-style % string formatting with f-strings",
     "switch % formatting to f-strings",
 )
-FORMAT_SPEC = re.compile(r"%(\.\d+f|[sdirf])")
+FORMAT_SPEC = MECHANICAL
 
 
 def percent_to_fstring(source: str, rng: random.Random) -> Edit | None:
@@ -398,7 +410,7 @@ def percent_to_fstring(source: str, rng: random.Random) -> Edit | None:
         if not literal or literal[0] not in "'\"" or literal[:3] in ('"""', "'''") or "\\" in literal:
             return None  # prefixed, triple-quoted or escaped: leave the whole chunk alone
         fmt = node.left.value
-        if "%%" in fmt or "{" in fmt or "}" in fmt or re.search(r"%(?!(\.\d+f|[sdirf]))", fmt):
+        if "%%" in fmt or "{" in fmt or "}" in fmt or re.search(f"%(?!({MECHANICAL_CONVERSION}))", fmt):
             return None
         args = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
         texts = [ast.get_source_segment(source, a) for a in args]
@@ -464,6 +476,12 @@ def remove_debug_print(source: str, rng: random.Random) -> Edit | None:
     return Edit("remove_debug_print", text.format(f=function.name), noisy, source)
 
 
+ADD_PARAMETER_TEMPLATES = (
+    "add a parameter {p} with default {d} to {f}", "Add an optional `{p}={d}` argument to `{f}`.",
+    "give {f} a new keyword parameter {p} (default {d})",
+)
+
+
 def add_parameter(source: str, rng: random.Random) -> Edit | None:
     tree = _parse(source)
     if tree is None:
@@ -487,7 +505,7 @@ def add_parameter(source: str, rng: random.Random) -> Edit | None:
     after = _replace_spans(source, [(end, end, f", {name}={default}")])
     if _parse(after) is None:
         return None
-    text = rng.choice(("add a parameter {p} with default {d} to {f}", "Add an optional `{p}={d}` argument to `{f}`.", "give {f} a new keyword parameter {p} (default {d})"))
+    text = rng.choice(ADD_PARAMETER_TEMPLATES)
     return Edit("add_parameter", text.format(p=name, d=default, f=node.name), source, after)
 
 

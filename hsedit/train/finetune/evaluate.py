@@ -15,6 +15,7 @@ import ast
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hsedit.apply import EditJob, edit_request, finish_edit
 from hsedit.edit.check import check_edit
@@ -139,3 +140,77 @@ def evaluate(engine: Engine, examples: Sequence[Example], batch_size: int = 8) -
 def overall(reports: Sequence[KindReport]) -> dict:
     merged = KindReport("all", [s for r in reports for s in r.scores])
     return merged.as_dict()
+
+
+@dataclass
+class EditOutcome:
+    """One held-out edit run end to end as `hsedit apply` runs it (the cut, the regions, their
+    checks and retries, the splice, the whole-file check)."""
+
+    path: str
+    lines: int
+    exact: bool
+    status: str  # "ok" (would be written), "refused: <exit code>" (nothing written)
+    check: bool | None
+    seconds: float
+    requests: int  # regions sent, retries included (1 for a whole file)
+    completion_tokens: int
+    file_tokens: int
+
+    @property
+    def wrong_success(self) -> bool:
+        """Reported as a success (written without --force) and not the exact answer."""
+        return self.status == "ok" and not self.exact
+
+
+def evaluate_edits(engine: Engine, examples: Sequence[Example], scope: str, retries: int | None = None) -> list[EditOutcome]:
+    """Each example through `hsedit.scope.run_edit`, one at a time (an edit's regions in one batch)."""
+    import time
+
+    from hsedit.apply import EmbeddedRunner
+    from hsedit.errors import HseditError
+    from hsedit.scope import RETRIES, run_edit
+
+    runner = EmbeddedRunner(engine)
+    outcomes = []
+    for example in examples:
+        job = EditJob.for_source(SourceFile.from_text(example.path, example.before), example.path,
+                                 example.instruction, example.update)
+        started = time.perf_counter()
+        try:
+            result = run_edit(runner, job, scope=scope, retries=RETRIES if retries is None else retries)
+        except HseditError as error:
+            outcomes.append(EditOutcome(example.path, len(example.before.splitlines()), False,
+                                        f"refused: {error.exit_code}", None, time.perf_counter() - started, 0, 0,
+                                        engine.count_tokens(example.before)))
+            continue
+        refusal = result.refusal()
+        attempts = sum(r["attempts"] for r in result.regions) if result.regions else 1
+        outcomes.append(EditOutcome(
+            example.path, len(example.before.splitlines()), result.new_text == example.after,
+            "ok" if refusal is None else f"refused: {refusal.exit_code}", result.check.ok,
+            time.perf_counter() - started, attempts, result.stats.completion_tokens, engine.count_tokens(example.before),
+        ))
+    return outcomes
+
+
+def evaluate_cached(engine_for, model_dir: str, examples: Sequence[Example]) -> list[bool]:
+    """Whether each example's greedy answer is exact, for a merged model directory; kept in hsedit's
+    cache under the model's and the examples' digests, so the shipped model is measured once."""
+    import hashlib
+    import json
+
+    from hsedit.engine.provision import cache_dir
+
+    digest = hashlib.sha256(json.dumps([e.__dict__ for e in examples], sort_keys=True).encode()).hexdigest()[:12]
+    path = cache_dir() / "eval" / f"{Path(model_dir).name}-{digest}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    exact = [False] * len(examples)
+    reports = evaluate(engine_for(), examples)
+    by_kind = {r.kind: iter(r.scores) for r in reports}
+    for k, example in enumerate(examples):
+        exact[k] = next(by_kind[example.kind]).exact
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(exact))
+    return exact

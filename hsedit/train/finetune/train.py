@@ -59,18 +59,58 @@ class TrainConfig:
     budget_tokens: int | None = None
     stop_after_examples: int | None = None  # this run only (tests, and a run sized by examples)
     device: str = "cpu"  # "cuda" on a lent GPU (hsedit/train/gpu_recipe.py)
+    # The loss weight of the answer's tokens on lines the edit changes, and of the first
+    # RESUME_TOKENS after each change (where copying resumes), against 1 for the copied rest:
+    # an answer is mostly copied lines, so an unweighted loss mostly rewards copying.
+    changed_weight: float = 1.0
 
 
 FLOOR = 0.1  # share of the peak learning rate a budgeted schedule ends at
+RESUME_TOKENS = 4
 
 
 def encode_example(tokenizer, example: Example) -> tuple[list[int], list[int]]:
     """(input ids, labels) with the prompt masked out (-100)."""
+    ids, labels, _ = encode_weighted(tokenizer, example)
+    return ids, labels
+
+
+def encode_weighted(tokenizer, example: Example, changed_weight: float = 1.0) -> tuple[list[int], list[int], list[float]]:
+    """(input ids, labels, loss weights): the prompt masked out (-100, weight 0); the answer's
+    tokens that overlap a line the edit changed, and the RESUME_TOKENS after each such run,
+    weighted `changed_weight`, the others 1."""
     prompt = ApplyPrompt.build(example.path, example.before, example.instruction, example.update)
     prompt_ids = tokenizer.encode(prompt.render(tokenizer))
     # Tokenised apart, as at inference, where the prompt is encoded alone and the model continues.
-    answer_ids = tokenizer.encode(completion_for(example.after) + END_OF_TURN)
-    return prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids
+    answer = completion_for(example.after) + END_OF_TURN
+    encoded = tokenizer(answer, add_special_tokens=False, return_offsets_mapping=True)
+    answer_ids = list(encoded["input_ids"])
+    weights = [1.0] * len(answer_ids)
+    if changed_weight != 1.0:
+        spans = changed_spans(example.before, example.after)
+        since_change = RESUME_TOKENS + 1
+        for k, (a, b) in enumerate(encoded["offset_mapping"]):
+            if any(a < end and start < max(b, a + 1) for start, end in spans):
+                weights[k], since_change = changed_weight, 0
+            elif since_change < RESUME_TOKENS:
+                weights[k], since_change = changed_weight, since_change + 1
+    return prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids, [0.0] * len(prompt_ids) + weights
+
+
+def changed_spans(before: str, after: str) -> list[tuple[int, int]]:
+    """Character spans of `after` on lines that are not lines of `before` kept in place."""
+    import difflib
+
+    lines = after.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    spans = []
+    matcher = difflib.SequenceMatcher(a=before.splitlines(keepends=True), b=lines, autojunk=False)
+    for tag, _i1, _i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("replace", "insert") and j2 > j1:
+            spans.append((offsets[j1], offsets[j2]))
+    return spans
 
 
 def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
@@ -85,7 +125,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         torch.set_num_threads(config.threads)
     tokenizer = AutoTokenizer.from_pretrained(config.base_model)
     model = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=torch.float32)
-    data_id = _file_sha256(config.data) + f":{config.max_tokens}"
+    data_id = _file_sha256(config.data) + f":{config.max_tokens}" + (
+        f":w{config.changed_weight:g}" if config.changed_weight != 1.0 else "")
     resumed = load_state(config.checkpoint, data_id, "the same --data and --max-tokens")
     if resumed is not None:
         model = PeftModel.from_pretrained(model, str(Path(config.checkpoint) / "adapter"), is_trainable=True)
@@ -105,8 +146,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     model.to(config.device).train()
     device_type = torch.device(config.device).type
     examples = load(config.data, split="train")
-    encoded = [encode_example(tokenizer, e) for e in examples]
-    encoded = [pair for pair in encoded if len(pair[0]) <= config.max_tokens]
+    encoded = [encode_weighted(tokenizer, e, config.changed_weight) for e in examples]
+    encoded = [triple for triple in encoded if len(triple[0]) <= config.max_tokens]
     rng = random.Random(config.seed)
     order = []
     for _ in range(math.ceil(config.epochs)):
@@ -162,13 +203,14 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         })
 
     for i in range(position, len(order)):
-        ids, labels = encoded[order[i]]
+        ids, labels, weights = encoded[order[i]]
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.bf16):
-            out = model(input_ids=torch.tensor([ids], device=config.device),
-                        labels=torch.tensor([labels], device=config.device))
-        (out.loss / config.accumulation).backward()
+            logits = model(input_ids=torch.tensor([ids], device=config.device)).logits
+        loss = weighted_loss(logits[0].float(), torch.tensor(labels, device=config.device),
+                             torch.tensor(weights, device=config.device))
+        (loss / config.accumulation).backward()
         tokens_seen += len(ids)
-        running.append(out.loss.item())
+        running.append(loss.item())
         if (i + 1) % config.accumulation == 0:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(update)
@@ -216,6 +258,16 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     }
     (out_dir / "training.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def weighted_loss(logits, labels, weights):
+    """The next-token cross-entropy's weighted mean (position t predicts label t + 1); with every
+    weight 1 on the answer it is the mean cross-entropy the model's own loss computes."""
+    import torch
+
+    losses = torch.nn.functional.cross_entropy(logits[:-1], labels[1:], ignore_index=-100, reduction="none")
+    w = weights[1:] * (labels[1:] != -100)
+    return (losses * w).sum() / w.sum().clamp(min=1e-6)
 
 
 def _file_sha256(path: str | Path) -> str:

@@ -1,0 +1,342 @@
+"""Whole file or regions: the requests one edit makes, and how their answers become one new file.
+
+`--scope file` sends the whole file once, as hsedit always did. `--scope regions` parses the
+instruction into its intent (`edit/intent.py`), cuts the file at its syntax and picks the regions
+the intent touches (`edit/regions.py`), and sends each region as a request of its own, all in one
+engine batch; each answer is checked against the intent on its own where the intent allows, a
+failing region is asked again (`RETRIES`), and the answers are spliced back into the file. The
+spliced file then goes through exactly what a whole-file answer goes through: validation, the
+write guard and the instruction check on the whole file, which alone decides whether the edit
+succeeded. A region that is not picked is never sent and never changes.
+
+`auto` (the default) takes regions for every Python file whose instruction the intent grammar
+reads, and the whole file for the rest (free-form instructions, other languages) when it fits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+from hsedit.apply import FENCE_STOP, EditJob, EditResult, EditRunner, GeneratedEdit, finish_edit, judge
+from hsedit.config import AUTO, FILE, REGIONS
+from hsedit.edit.check import CheckVerdict, Source, attributes_follow, check_intent
+from hsedit.edit.extract import extract_file
+from hsedit.edit.files import SourceFile
+from hsedit.edit.guard import DEFAULT_MAX_DELETION
+from hsedit.edit.intent import FreeForm, Intent, Rename, parse_intent
+from hsedit.edit.regions import Region, estimated_tokens, group, own_part, pick, splice, units
+from hsedit.edit.validate import CHECKED_SUFFIXES
+from hsedit.engine.requests import StepEvent
+from hsedit.engine.stats import RequestStats
+from hsedit.errors import HseditError, OutputTruncatedError, UsageError
+
+# A region whose answer fails its check, is cut off or loses its shape is asked again this many
+# times: first as its single units where it holds several, then sampled.
+RETRIES = 2
+RETRY_TEMPERATURE = 0.7
+# `auto` keeps a free-form edit whole while the file, twice over, fits the default model's context.
+WHOLE_FILE_TOKENS = 3000
+
+
+def resolve_scope(scope: str, job: EditJob, intent: Intent) -> str:
+    """`file` or `regions` for this edit."""
+    if scope != AUTO:
+        return scope
+    if CHECKED_SUFFIXES.get(job.source.path.suffix.lower()) != "python" or not Source(job.source.text).root.children:
+        return FILE
+    if isinstance(intent, FreeForm) and estimated_tokens(job.source.text) <= WHOLE_FILE_TOKENS:
+        return FILE
+    return REGIONS if not Source(job.source.text).root.has_error else FILE
+
+
+@dataclass
+class Part:
+    """One request of an edit: the whole file, or one region."""
+
+    job: EditJob  # what is sent (for a region: its shown text as the "file")
+    region: Region | None = None
+    attempts: int = 0
+    answered: bool = False  # its latest request has come back
+    final: bool = False  # no further attempt: it passed, or asking again cannot help
+    new_own: str | None = None  # a region's own lines as answered (None: not usable)
+    verdict: CheckVerdict | None = None
+    stats: list[RequestStats] = field(default_factory=list)
+    problem: str | None = None  # why the last answer is not usable, or failed its check
+    truncated_at: int | None = None
+    generated: GeneratedEdit | None = None  # the latest generation (or the runner's refusal)
+
+    def as_dict(self) -> dict:
+        region = self.region
+        last = self.stats[-1] if self.stats else None
+        return {
+            "lines": [region.start + 1, region.end] if region else None,
+            "attempts": self.attempts,
+            "check": self.verdict.as_dict() if self.verdict else None,
+            "problem": self.problem,
+            "prompt_tokens": sum(s.prompt_tokens for s in self.stats),
+            "completion_tokens": sum(s.completion_tokens for s in self.stats),
+            "tokens_per_step": round(last.tokens_per_step, 3) if last else None,
+        }
+
+
+@dataclass
+class EditPlan:
+    job: EditJob
+    intent: Intent
+    scope: str
+    parts: list[Part]
+    follow: bool | None = None  # a rename's `obj.OLD` must follow (read on the whole file)
+
+
+def plan_edit(job: EditJob, scope: str = AUTO) -> EditPlan:
+    intent = parse_intent(job.instruction, job.update)
+    chosen = resolve_scope(scope, job, intent)
+    if chosen == FILE:
+        return EditPlan(job, intent, FILE, [Part(job)])
+    text = job.source.text
+    if CHECKED_SUFFIXES.get(job.source.path.suffix.lower()) != "python":
+        raise UsageError(f"--scope regions needs a Python file ({job.display_path} is not one)")
+    if Source(text).root.has_error:
+        raise UsageError(f"{job.display_path} does not parse, so it cannot be cut into regions: use --scope file")
+    follow = attributes_follow(Source(text), intent.old) if isinstance(intent, Rename) and not intent.scope else None
+    regions = group(text, pick(text, intent, units(text)))
+    return EditPlan(job, intent, REGIONS, [_region_part(job, r) for r in regions], follow)
+
+
+def _region_part(job: EditJob, region: Region) -> Part:
+    shown = SourceFile.from_text(job.source.path, region.shown)
+    return Part(EditJob.for_source(shown, job.display_path, job.instruction, job.update), region)
+
+
+def generate_edits(
+    runner: EditRunner,
+    jobs: Iterable[EditJob],
+    *,
+    scope: str = AUTO,
+    max_tokens: int | None = None,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    max_in_flight: int = 1,
+    on_step: Callable[[StepEvent], None] | None = None,
+    max_deletion: float = DEFAULT_MAX_DELETION,
+    retries: int = RETRIES,
+) -> Iterator[tuple[int, EditResult | HseditError]]:
+    """Each job's result (or the error that stopped it) with its position in `jobs`, as each
+    finishes. Every request of every job runs in the runner's batch (`max_in_flight` requests at
+    once); regions that must be asked again run in later rounds."""
+    plans: dict[int, EditPlan] = {}
+    sent: list[tuple[int, Part]] = []  # by request position in the current round
+    waiting: list[tuple[int, Part]] = []  # parts to ask again next round
+
+    def settle(index: int) -> Iterator[tuple[int, EditResult | HseditError]]:
+        plan = plans[index]
+        if all(p.answered and (p.final or p.attempts > retries) for p in plan.parts):
+            del plans[index]
+            yield index, _finish(plan, max_deletion)
+
+    def first_round() -> Iterator[EditJob]:
+        for index, job in enumerate(jobs):
+            try:
+                plan = plan_edit(job, scope)
+            except HseditError as error:
+                pending_errors.append((index, error))
+                continue
+            plans[index] = plan
+            if not plan.parts:
+                pending_done.append(index)
+            for part in plan.parts:
+                sent.append((index, part))
+                yield part.job
+
+    def round_of(parts: list[tuple[int, Part]]) -> Iterator[EditJob]:
+        for index, part in parts:
+            sent.append((index, part))
+            yield part.job
+
+    pending_errors: list[tuple[int, HseditError]] = []
+    pending_done: list[int] = []
+    round_jobs: Iterable[EditJob] = first_round()
+    round_number = 0
+    while True:
+        sent.clear()
+        sampled = round_number > 0
+        for done in runner.generate(
+            round_jobs, max_tokens=max_tokens, max_in_flight=max_in_flight, on_step=_keyed(on_step, sent),
+            temperature=RETRY_TEMPERATURE if sampled and temperature == 0 else temperature,
+            seed=(seed or 0) + round_number if sampled else seed,
+        ):
+            yield from _drain(pending_errors, pending_done, plans, max_deletion)
+            index, part = sent[done.index]
+            _record(plans[index], part, done)
+            if not part.final and part.attempts <= retries:
+                waiting.append((index, part))
+            yield from settle(index)
+        yield from _drain(pending_errors, pending_done, plans, max_deletion)
+        if not waiting:
+            break
+        again = _retry_parts(plans, waiting)
+        waiting = []
+        round_jobs = round_of(again)
+        round_number += 1
+    for index in list(plans):
+        yield index, _finish(plans.pop(index), max_deletion)
+
+
+def _drain(errors, done, plans, max_deletion):
+    while errors:
+        yield errors.pop(0)
+    while done:
+        index = done.pop(0)
+        yield index, _finish(plans.pop(index), max_deletion)
+
+
+def _keyed(on_step, sent):
+    """Step events keyed by (job position, region label) for the live view."""
+    if on_step is None:
+        return None
+
+    def forward(event: StepEvent) -> None:
+        index, part = sent[event.key]
+        on_step(replace(event, key=(index, part.region.label if part.region else "")))
+
+    return forward
+
+
+def _retry_parts(plans: dict[int, EditPlan], waiting: list[tuple[int, Part]]) -> list[tuple[int, Part]]:
+    """The requests of the next round: a failed region of several units is asked again as its
+    units (each smaller request is a part of its own from then on); a single unit as it is."""
+    out = []
+    for index, part in waiting:
+        plan = plans[index]
+        region = part.region
+        pieces = units_of(plan.job.source.text, region)
+        if part.attempts == 1 and len(pieces) > 1:
+            position = plan.parts.index(part)
+            new_parts = [_region_part(plan.job, piece) for piece in pieces]
+            for new in new_parts:
+                new.attempts = part.attempts  # a retry: it counts against the region's attempts
+            plan.parts[position : position + 1] = new_parts
+            out += [(index, p) for p in new_parts]
+        else:
+            part.answered = False
+            out.append((index, part))
+    return out
+
+
+def units_of(text: str, region: Region) -> list[Region]:
+    """The region's units, each a region of its own."""
+    inside = [u for u in units(text) if region.start <= u.start and u.end <= region.end]
+    return [Region(u.start, u.end, u.head, u.parent, region.lines) for u in inside]
+
+
+def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
+    """Settle a part with its answer: usable and checked, or why not."""
+    part.attempts += 1
+    part.answered = True
+    part.generated = done
+    if done.error is not None or part.region is None:
+        # A whole file is judged once, by `finish_edit`; a refusal (too long for the context)
+        # does not change by asking again.
+        part.final = True
+        if done.generation is not None:
+            part.stats.append(done.generation.stats)
+        return
+    generation = done.generation
+    part.stats.append(generation.stats)
+    if generation.stats.finish_reason == "length":
+        part.truncated_at = done.request.max_tokens
+        part.problem = f"the answer for {part.region.label} was cut off at {done.request.max_tokens} tokens"
+        return
+    answer = generation.text + (FENCE_STOP if generation.stats.finish_reason == "stop" else "")
+    shown = part.job.source.text
+    new_shown = extract_file(answer, shown).text
+    new_own = own_part(part.region, new_shown)
+    if new_own is None:
+        part.problem = f"the answer for {part.region.label} does not keep the head it was shown"
+        return
+    part.truncated_at = None
+    part.new_own = new_own
+    part.verdict = check_intent(plan.job.source.path, shown, new_shown, plan.intent, attributes_follow=plan.follow)
+    part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None
+    part.final = part.problem is None
+
+
+def _finish(plan: EditPlan, max_deletion: float) -> EditResult | HseditError:
+    job = plan.job
+    try:
+        if plan.scope == FILE:
+            (part,) = plan.parts
+            done = part.generated
+            if done.error is not None:
+                return done.error
+            return finish_edit(job, done.generation, done.request, max_deletion=max_deletion)
+        cut_off = [p for p in plan.parts if p.truncated_at is not None]
+        if cut_off:
+            part = cut_off[0]
+            return OutputTruncatedError(
+                f"{job.display_path}: the answer for {part.region.label} was cut off at {part.truncated_at} tokens "
+                f"after {part.attempts} attempts; raise --max-tokens"
+            )
+        refused = [p for p in plan.parts if p.generated is not None and p.generated.error is not None]
+        if refused:
+            return refused[0].generated.error
+        answers = [(p.region, p.new_own if p.new_own is not None else p.region.own_text) for p in plan.parts]
+        new_text = splice(job.source.text, answers)
+        stats = merged_stats([s for p in plan.parts for s in p.stats])
+        completion = "".join(p.new_own or "" for p in plan.parts)
+        return judge(job, new_text, completion=completion, stats=stats, closed=True, max_deletion=max_deletion,
+                     scope=REGIONS, regions=[p.as_dict() for p in plan.parts], intent=plan.intent)
+    except HseditError as error:
+        return error
+
+
+def merged_stats(all_stats: list[RequestStats]) -> RequestStats:
+    """One edit's stats over its requests: their steps, tokens and drafts together, its time from
+    the first request's start to the last one's end."""
+    merged = RequestStats()
+    if not all_stats:
+        merged.started_at = merged.finished_at = time.perf_counter()
+        merged.finish_reason = "stop"
+        return merged
+    merged.prompt_tokens = sum(s.prompt_tokens for s in all_stats)
+    merged.steps = [step for s in all_stats for step in s.steps]
+    merged.started_at = min(s.started_at for s in all_stats)
+    firsts = [s.first_token_at for s in all_stats if s.first_token_at is not None]
+    merged.first_token_at = min(firsts) if firsts else None
+    ends = [s.finished_at for s in all_stats if s.finished_at is not None]
+    merged.finished_at = max(ends) if ends else None
+    reasons = {s.finish_reason for s in all_stats}
+    merged.finish_reason = "stop" if reasons <= {"stop"} else next(r for r in reasons if r != "stop")
+    merged.plain_estimate_s = all_stats[0].plain_estimate_s
+    reported = [s.engine_reported for s in all_stats]
+    if all(r is not None for r in reported):
+        merged.engine_reported = (sum(r[0] for r in reported), sum(r[1] for r in reported))
+    return merged
+
+
+# How many requests one `hsedit apply` runs at once: all its regions, in one batch, up to this.
+MAX_IN_FLIGHT = 16
+
+
+def run_edit(
+    runner: EditRunner,
+    job: EditJob,
+    *,
+    scope: str = AUTO,
+    max_tokens: int | None = None,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    on_step: Callable[[StepEvent], None] | None = None,
+    max_deletion: float = DEFAULT_MAX_DELETION,
+    retries: int = RETRIES,
+) -> EditResult:
+    """One edit, its regions in one batch: the result, or the error that stopped it (raised)."""
+    ((_, result),) = generate_edits(
+        runner, [job], scope=scope, max_tokens=max_tokens, temperature=temperature, seed=seed,
+        max_in_flight=MAX_IN_FLIGHT, on_step=on_step, max_deletion=max_deletion, retries=retries,
+    )
+    if isinstance(result, HseditError):
+        raise result
+    return result

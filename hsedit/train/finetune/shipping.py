@@ -1,0 +1,87 @@
+"""The shipping rule for an apply adapter: a paired comparison on the held-out regions.
+
+Both adapters answer the same held-out examples (greedy, so an answer is a fact about the model,
+not a draw). Per example the pair is (shipped exact, candidate exact); only the discordant pairs
+carry evidence: `wins` where only the candidate is exact, `losses` where only the shipped one is.
+Under "no difference" each discordant pair is a fair coin (the exact sign test, McNemar's test for
+small counts), so
+
+    ship  <=>  overall: wins > losses and P(X >= wins | n = wins + losses, 1/2) < ALPHA
+          and  every kind: not P(X >= losses | n = its discordant pairs, 1/2) < ALPHA with losses > wins
+
+i.e. better overall with 95% confidence, and no kind worse beyond what chance makes of its own
+discordant pairs. With 40 examples a kind, one example moves a kind by 2.5 points; a kind is
+called worse only when its losses are too many to be luck.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from math import comb
+
+ALPHA = 0.05
+
+
+def sign_test(successes: int, failures: int) -> float:
+    """One-sided exact p-value of seeing at least `successes` of `successes + failures` fair coins."""
+    n = successes + failures
+    if n == 0:
+        return 1.0
+    return sum(comb(n, k) for k in range(successes, n + 1)) / 2**n
+
+
+@dataclass(frozen=True)
+class KindComparison:
+    kind: str
+    n: int
+    shipped_exact: int
+    candidate_exact: int
+    wins: int  # only the candidate exact
+    losses: int  # only the shipped adapter exact
+
+    @property
+    def p_better(self) -> float:
+        return sign_test(self.wins, self.losses)
+
+    @property
+    def p_worse(self) -> float:
+        return sign_test(self.losses, self.wins)
+
+    @property
+    def worse(self) -> bool:
+        """Worse beyond this kind's noise."""
+        return self.losses > self.wins and self.p_worse < ALPHA
+
+    def as_dict(self) -> dict:
+        return {
+            "kind": self.kind, "n": self.n, "shipped_exact": self.shipped_exact,
+            "candidate_exact": self.candidate_exact, "wins": self.wins, "losses": self.losses,
+            "p_better": round(self.p_better, 4), "p_worse": round(self.p_worse, 4), "worse": self.worse,
+        }
+
+
+def compare(pairs: Mapping[str, Sequence[tuple[bool, bool]]]) -> tuple[list[KindComparison], KindComparison]:
+    """Per kind and overall, from (shipped exact, candidate exact) pairs of the same examples."""
+    kinds = []
+    for kind, kind_pairs in sorted(pairs.items()):
+        kinds.append(KindComparison(
+            kind, len(kind_pairs), sum(a for a, _ in kind_pairs), sum(b for _, b in kind_pairs),
+            sum(b and not a for a, b in kind_pairs), sum(a and not b for a, b in kind_pairs),
+        ))
+    total = KindComparison(
+        "all", sum(k.n for k in kinds), sum(k.shipped_exact for k in kinds), sum(k.candidate_exact for k in kinds),
+        sum(k.wins for k in kinds), sum(k.losses for k in kinds),
+    )
+    return kinds, total
+
+
+def verdict(kinds: Sequence[KindComparison], total: KindComparison) -> tuple[bool, str]:
+    """Whether the candidate ships, and why, in one line."""
+    worse = [k.kind for k in kinds if k.worse]
+    if worse:
+        return False, f"worse beyond noise on {', '.join(worse)}"
+    if total.wins <= total.losses or total.p_better >= ALPHA:
+        return False, (f"not better with {1 - ALPHA:.0%} confidence: {total.wins} wins, {total.losses} losses "
+                       f"(p = {total.p_better:.3f})")
+    return True, f"better: {total.wins} wins, {total.losses} losses (p = {total.p_better:.4f}); no kind worse beyond noise"

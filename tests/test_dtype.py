@@ -1,0 +1,48 @@
+"""The target's dtype: bf16 where the hardware computes it natively (`--dtype auto`), and what
+exactness means there.
+
+In bf16 a k-token verification step and a one-token step need not round alike, so a drafted
+answer may leave plain decoding at a near tie. What must hold: every emitted token is the
+target's greedy choice up to bf16's noise — its log-probability, scored by the plain bf16 engine
+in one prefill of prompt + answer, lies within BF16_NOISE nats of the top choice's."""
+
+from pathlib import Path
+
+import pytest
+
+from hsedit.engine.engine import EngineOptions, shared_engine
+from hsedit.engine.options import BF16_CPU_FLAGS, machine_dtype
+from tests.conftest import greedy_gaps, requests_for
+
+# bf16 keeps 8 bits of mantissa: logits of a few units carry noise of ~0.02-0.05, and a flip needs
+# two candidates within twice that. A wrong token lies whole nats below the top.
+BF16_NOISE = 0.25
+
+
+def test_auto_is_bf16_exactly_where_the_cpu_computes_it():
+    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), [])
+    native = any(flag in flags for flag in BF16_CPU_FLAGS)
+    assert machine_dtype() == ("bfloat16" if native else "float32")
+    assert EngineOptions().resolved_dtype == machine_dtype() and EngineOptions(dtype="float32").resolved_dtype == "float32"
+
+
+@pytest.mark.engine
+def test_the_hybrid_in_bf16_is_greedy_decoding_within_bf16_noise(prompts):
+    plain = shared_engine(EngineOptions(drafter="none", dtype="bfloat16"))
+    hybrid = shared_engine(EngineOptions(drafter="hybrid", dtype="bfloat16"))
+    requests = requests_for(prompts)
+    identical, worst = 0, 0.0
+    for request in requests:
+        (expected,) = plain.generate([request])
+        (drafted,) = hybrid.generate([request])
+        assert drafted.stats.drafted, "the hybrid drafted nothing: nothing was tested"
+        if drafted.token_ids == expected.token_ids:
+            identical += 1
+            continue
+        gaps = greedy_gaps(plain, plain.tokenizer.encode(request.prompt), drafted.token_ids)
+        worst = max(worst, max(gaps))
+        assert max(gaps) < BF16_NOISE, (
+            f"token {gaps.index(max(gaps))} lies {max(gaps):.3g} nats below the top choice: not greedy decoding"
+        )
+    print(f"bf16: {identical} of {len(requests)} answers token-identical to plain decoding; worst gap {worst:.3g}")

@@ -1,0 +1,67 @@
+"""One grammar: every phrasing the apply model is trained on parses back to the intent that
+produced it, and the instruction check reads instructions through the same parse."""
+
+import pytest
+
+from hsedit.edit.check import check_edit
+from hsedit.edit.intent import (
+    CLASS,
+    FUNCTION,
+    AddParameter,
+    Delete,
+    FreeForm,
+    FStrings,
+    Rename,
+    RemovePrints,
+    SetConstant,
+    SnippetMerge,
+    TypeHints,
+    parse_intent,
+)
+from hsedit.train.finetune import edits
+
+
+def _renames():
+    for template in set(edits.RENAME_TEMPLATES + edits.FILE_RENAME_TEMPLATES):
+        for what in ("function", "class", "variable", "constant"):
+            yield template.format(what=what, old="load_items", new="fetch_items"), Rename("load_items", "fetch_items")
+    for template in edits.RENAME_LOCAL_TEMPLATES:
+        yield template.format(func="parse", old="count", new="total"), Rename("count", "total", "parse")
+
+
+def _others():
+    for template in edits.CONSTANT_TEMPLATES:
+        yield template.format(name="LIMIT", v="32"), SetConstant("LIMIT", "32")
+        yield template.format(name="MODE", v="'fast'"), SetConstant("MODE", "'fast'")
+    for template in edits.DELETE_INSTRUCTIONS:
+        text = template.format(f="old_helper")
+        expected_types = (FUNCTION,) if "function" in text else (FUNCTION, CLASS)
+        yield text, Delete("old_helper", expected_types)
+    for template in edits.TYPE_HINT_TEMPLATES:
+        yield template.format(f="parse"), TypeHints("parse")
+    for template in edits.FSTRING_INSTRUCTIONS:
+        yield template, FStrings(None)
+    for template in edits.DEBUG_PRINT_INSTRUCTIONS:
+        yield template.format(f="parse"), RemovePrints("parse" if "{f}" in template else None, False)
+    for template in edits.ADD_PARAMETER_TEMPLATES:
+        yield template.format(p="timeout", d="None", f="fetch"), AddParameter("fetch", "timeout", "None")
+
+
+@pytest.mark.parametrize(("instruction", "intent"), [*_renames(), *_others()], ids=lambda v: str(v)[:60])
+def test_every_training_phrasing_parses_back_to_its_intent(instruction, intent):
+    assert parse_intent(instruction) == intent
+
+
+def test_a_snippet_is_a_merge_and_the_unknown_is_free_form():
+    assert parse_intent("", "x = 1\n") == SnippetMerge("x = 1\n")
+    free = parse_intent("make `load_config` cache its result in _CACHE")
+    assert isinstance(free, FreeForm) and free.names == ("load_config", "_CACHE")
+    # two scopes in one rename: which one is meant cannot be told
+    assert isinstance(parse_intent("in f, rename x to y inside g"), FreeForm)
+
+
+def test_the_check_reads_the_same_intent():
+    code = "def f(count):\n    return count + 1\n"
+    renamed = code.replace("count", "total")
+    assert check_edit("a.py", code, renamed, "rename count to total").ok is True
+    assert check_edit("a.py", code, renamed, "make it better").ok is None

@@ -1,0 +1,91 @@
+"""The region cut, the pick by intent and the splice: pure logic on real files, no engine."""
+
+import random
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hsedit.edit.check import check_intent
+from hsedit.edit.intent import parse_intent
+from hsedit.edit.regions import REGION_TOKENS, estimated_tokens, group, own_part, pick, regions_for, splice, units
+from hsedit.train.finetune.dataset import Example, region_examples
+from hsedit.train.finetune.edits import Edit, rename_everywhere
+
+REAL_FILES = [Path(textwrap.__file__), Path(random.__file__), Path(pytest.__file__).parent / "__init__.py"]
+
+BIG_CLASS = "class Store(Base):\n    '''A store.'''\n\n" + "".join(
+    f"    def method_{k}(self, items):\n" + "".join(f"        value_{j} = items[{j}] + {k}\n" for j in range(14)) + "\n"
+    for k in range(6)
+) + "\ndef use(store):\n    return Store.method_0(store, [1] * 14)\n"
+
+
+@pytest.mark.parametrize("path", REAL_FILES, ids=lambda p: p.name)
+def test_the_cut_covers_every_line_once_and_splices_back(path):
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    cut = units(text)
+    owned = [k for u in cut for k in range(u.start, u.end)]
+    assert owned == sorted(set(owned)), "units overlap or run out of order"
+    assert all(not lines[k].strip() for k in set(range(len(lines))) - set(owned)), "a non-blank line in no unit"
+    regions = group(text, cut)
+    for region in regions:
+        assert own_part(region, region.shown) == region.own_text  # the model's answer less the head it repeats
+    assert splice(text, [(r, r.own_text) for r in regions]) == text
+
+
+def test_a_large_class_is_cut_into_its_methods_under_its_header():
+    cut = units(BIG_CLASS)
+    assert estimated_tokens(BIG_CLASS) > REGION_TOKENS
+    heads = [u.head for u in cut]
+    assert heads[0] == ()  # the first piece owns `class Store(Base):` and its docstring
+    assert all(h == ((0, 1),) for h in heads[1:-1])  # the other methods show it read-only
+    assert heads[-1] == ()  # `def use` is top-level again
+    method = group(BIG_CLASS, [cut[3]])[0]  # the docstring, then method_0, method_1, method_2
+    assert method.shown.startswith("class Store(Base):\n    def method_2(self, items):\n")
+    compile(method.shown, "<region>", "exec")  # what the model sees is valid Python
+
+
+def test_a_rename_picks_the_units_that_use_the_name_and_only_those():
+    text = BIG_CLASS.replace("value_3 = items[3] + 4", "value_3 = Base.shared + 4")
+    picked = pick(text, parse_intent("rename Base to Root"))
+    lines = text.splitlines()
+    assert [lines[u.start] for u in picked] == ["class Store(Base):", "    def method_4(self, items):"]
+    # A use in a string or as another object's attribute is not a use: not sent.
+    text = "class Base:\n    pass\n\n\nx = 'Base'\ny = obj.Base\n"
+    assert [u.start for u in pick(text, parse_intent("rename Base to Root"))] == [0]
+
+
+def test_a_region_that_is_not_picked_never_changes():
+    text = BIG_CLASS
+    regions = regions_for(text, parse_intent("rename the function use to apply_store"))
+    assert [r.label for r in regions] == [f"lines {len(text.splitlines()) - 1}-{len(text.splitlines())}"]
+    answer = regions[0].own_text.replace("def use", "def apply_store")
+    new = splice(text, [(regions[0], answer)])
+    assert new.splitlines()[:-2] == text.splitlines()[:-2]
+    assert check_intent("a.py", text, new, parse_intent("rename the function use to apply_store")).ok is True
+
+
+def test_training_regions_are_the_regions_inference_sends():
+    """One path: a region example's prompt text is exactly a region `hsedit apply` would send,
+    and its target passes the instruction check on that region."""
+    text = Path(textwrap.__file__).read_text(encoding="utf-8")
+    edit = rename_everywhere(text, random.Random(3), "variable")
+    assert edit is not None
+    examples = region_examples(edit, "textwrap.py", "train", random.Random(0))
+    assert examples
+    shown = {r.shown for r in regions_for(edit.before, parse_intent(edit.instruction))}
+    intent = parse_intent(edit.instruction)
+    for example in examples:
+        assert isinstance(example, Example) and example.scope == "region"
+        assert example.before in shown
+        assert check_intent("textwrap.py", example.before, example.after, intent).ok is True
+
+
+def test_a_deletion_is_shown_with_a_neighbour():
+    text = "def keep():\n    return 1\n\n\ndef drop():\n    return 2\n"
+    regions = regions_for(text, parse_intent("delete the function drop"))
+    assert len(regions) == 1 and regions[0].shown == text  # `keep` is shown beside it, so the answer is not empty
+    examples = region_examples(Edit("delete_function", "delete the function drop", text, "def keep():\n    return 1\n"),
+                               "a.py", "train", random.Random(0))
+    assert [e.after for e in examples] == ["def keep():\n    return 1\n"]
