@@ -107,12 +107,15 @@ def serve(
         _check_port_free(host, port)
     engine = Engine(options)
     worker = EngineWorker(engine, max_queue=settings.max_queue)
+    listener = _unix_listener(socket_path) if socket_path is not None else None
 
     @asynccontextmanager
     async def lifespan(app):
         worker.start()
         if state is not None:
-            os.chmod(socket_path, 0o600)
+            # Clients find the socket only now, with the engine ready; connections made between
+            # here and uvicorn's first accept wait in the listener's backlog.
+            os.replace(listener.getsockname(), socket_path)
             daemon.announce(state)
             daemon.watch(state, options, worker.idle_seconds)
         on_ready(f"unix:{socket_path}" if socket_path is not None else f"http://{host}:{port}")
@@ -126,13 +129,33 @@ def serve(
 
     app = create_app(worker, settings)
     app.router.lifespan_context = lifespan
-    where = {"uds": str(socket_path)} if socket_path is not None else {"host": host, "port": port}
     config = uvicorn.Config(
-        app, **where, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, access_log=False,
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        access_log=False,
     )
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop_signal, _exit_cleanly)
-    uvicorn.Server(config).run()
+    try:
+        uvicorn.Server(config).run(sockets=[listener] if listener is not None else None)
+    finally:
+        if listener is not None:
+            Path(listener.getsockname()).unlink(missing_ok=True)  # a start that failed before the rename
+
+
+def _unix_listener(socket_path: Path) -> socket.socket:
+    """A listening Unix socket only its owner may connect to, bound under a temporary name beside
+    `socket_path` (renamed into place once the engine is ready). Bound here rather than by
+    uvicorn, which would open its socket to every user (mode 0666)."""
+    staging = socket_path.with_name(f"{socket_path.name}.{os.getpid()}")
+    staging.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_mask = os.umask(0o177)
+    try:
+        listener.bind(str(staging))
+    finally:
+        os.umask(old_mask)
+    listener.listen(128)
+    return listener
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
