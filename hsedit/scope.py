@@ -30,7 +30,7 @@ from hsedit.edit.regions import Region, estimated_tokens, group, own_part, pick,
 from hsedit.edit.validate import CHECKED_SUFFIXES
 from hsedit.engine.requests import StepEvent
 from hsedit.engine.stats import RequestStats
-from hsedit.errors import HseditError, OutputTruncatedError, UsageError
+from hsedit.errors import ContextTooLongError, HseditError, OutputTruncatedError, UsageError
 
 # A region whose answer fails its check, is cut off or loses its shape is asked again this many
 # times: first as its single units where it holds several, then sampled.
@@ -281,7 +281,13 @@ def _finish(plan: EditPlan, max_deletion: float) -> EditResult | HseditError:
             )
         refused = [p for p in plan.parts if p.generated is not None and p.generated.error is not None]
         if refused:
-            return refused[0].generated.error
+            part = refused[0]
+            error = part.generated.error
+            if isinstance(error, ContextTooLongError):  # named by its lines: the file itself may be small enough
+                detail = str(error).partition(": ")[2]
+                return ContextTooLongError(f"{job.display_path} {part.region.label} are too long for the model's "
+                                           f"context and cannot be cut smaller: {detail}")
+            return error
         answers = [(p.region, p.new_own if p.new_own is not None else p.region.own_text) for p in plan.parts]
         new_text = splice(job.source.text, answers)
         stats = merged_stats([s for p in plan.parts for s in p.stats])

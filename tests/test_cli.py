@@ -172,10 +172,19 @@ def test_truncated_output(workdir):
 
 @pytest.mark.engine
 def test_file_too_long_for_the_context(workdir):
-    (workdir / "huge.py").write_text("".join(f"value_{i} = {i} * {i}\n" for i in range(3000)))
-    result = run("huge.py", "delete every line")
-    assert result.exit_code == 4, result.output
-    assert "too long for the model's context" in result.output and "8192" in result.output
+    """A whole file past the context is refused with `--scope file` (exit 4, nothing run); by
+    regions only a single statement too large for the context is, named by its lines."""
+    lines = "".join(f"value_{i} = {i} * {i}\n" for i in range(3000))
+    (workdir / "huge.py").write_text(lines)
+    whole = run("huge.py", "set value_7 to 8", "--scope", "file")
+    assert whole.exit_code == 4, whole.output
+    assert "huge.py is too long for the model's context" in whole.output and "8192" in whole.output
+    table = "TABLE = [\n" + "".join(f"    ({i}, {i} * {i}),\n" for i in range(3000)) + "]\n"
+    (workdir / "table.py").write_text("import math\n\n" + table)
+    one = run("table.py", "set TABLE to []", "--write")
+    assert one.exit_code == 4, one.output
+    assert "table.py lines 3-3004 are too long for the model's context" in one.output, one.output
+    assert (workdir / "table.py").read_text() == "import math\n\n" + table
 
 
 @pytest.mark.engine
