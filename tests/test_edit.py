@@ -69,8 +69,12 @@ def test_python_is_parsed_other_files_are_not_checked():
     assert other.ok and not other.checked
 
 
-def test_missing_token_is_reported():
-    assert not validate("a.py", "x = (1,\n").ok
+def test_an_unclosed_bracket_is_reported_at_its_line():
+    clean = validate("a.py", "x = 1\n")
+    assert clean.ok and clean.checked and clean.message == ""
+    broken = validate("a.py", "x = 1\ny = (2,\n")
+    assert not broken.ok and broken.checked and broken.language == "python"
+    assert broken.message == "syntax error at line 2, column 1"  # where the unclosed statement starts
 
 
 # -- diff ----------------------------------------------------------------------------------

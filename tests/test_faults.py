@@ -336,11 +336,15 @@ def test_hook_config_errors_are_one_line_and_exit_2(tmp_path, monkeypatch, body,
 @pytest.mark.engine
 def test_kill_9_of_a_batch_then_resume(tmp_path):
     """`hsedit batch --write` killed with SIGKILL once its first task is recorded; the rerun
-    redoes only the unfinished tasks, and no file is written twice."""
+    redoes only the unfinished tasks, and no file is written twice. The last task's file is a
+    FIFO nobody writes to until the kill, so the batch cannot finish first, however fast the
+    machine: the kill always lands mid-batch."""
     workers = ("alpha", "beta", "gamma", "delta")
     constants = {f"{w}.py": f'"""Settings of the {w} worker."""\n\nLIMIT = 8\nNAME = "{w}"\n' for w in workers}
     for name, text in constants.items():
         (tmp_path / name).write_text(text)
+    (tmp_path / "delta.py").unlink()
+    os.mkfifo(tmp_path / "delta.py")  # reading it blocks: the batch waits there
     tasks = [{"path": name, "instruction": f"set LIMIT to {16 * (i + 1)}"} for i, name in enumerate(constants)]
     (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
     results = tmp_path / "tasks.jsonl.results.jsonl"
@@ -356,6 +360,8 @@ def test_kill_9_of_a_batch_then_resume(tmp_path):
     assert process.poll() is None, "the batch finished before it could be killed"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    (tmp_path / "delta.py").unlink()
+    (tmp_path / "delta.py").write_text(constants["delta.py"])
     killed_rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip().endswith("}")]
     done_first = {row["key"] for row in killed_rows if row["status"] == OK}
     assert 1 <= len(done_first) < len(tasks)
