@@ -93,9 +93,11 @@ class DaemonSpec:
 
 
 def settings_of(options: EngineOptions) -> dict:
-    """The settings that change an engine's answers or speed: what makes two daemons different."""
+    """The settings that change an engine's answers or speed: what makes two daemons different.
+    The dtype as asked ("auto" resolves the same way for every process of this machine): resolving
+    it here would import torch into every client, a second of its start."""
     return {"model": options.model or "embedded", "drafter": options.drafter, "dspark": options.dspark,
-            "compile": options.compile, "dtype": options.resolved_dtype, "seed": options.seed}
+            "compile": options.compile, "dtype": options.dtype, "seed": options.seed}
 
 
 def installation_identity(options: EngineOptions) -> str:
@@ -222,7 +224,8 @@ class DaemonState:
 
 def daemon_state(options: EngineOptions, socket_path: Path, key: str, keep_alive_s: float) -> DaemonState:
     directory = socket_path.parent
-    return DaemonState(key, str(socket_path), keep_alive_s, os.getpid(), time.time(), settings_of(options),
+    settings = {**settings_of(options), "dtype": options.resolved_dtype}  # what it runs, for status
+    return DaemonState(key, str(socket_path), keep_alive_s, os.getpid(), time.time(), settings,
                        installation_identity(options), str(directory / f"{key}.log"))
 
 
