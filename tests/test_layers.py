@@ -26,3 +26,13 @@ def test_module_imports_nothing_it_must_not(module, banned):
     out = subprocess.run([sys.executable, "-c", CHECK.format(module=module, banned=banned)],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", f"{module} imports {out.strip()}"
+
+
+def test_finding_the_background_engine_imports_no_torch(tmp_path):
+    """Every `hsedit apply` on the warm engine computes its daemon's key: torch alone costs a
+    second of start there (it once came in through resolving --dtype auto)."""
+    code = ("import sys; from hsedit.daemon import spec_for; from hsedit.engine.options import EngineOptions; "
+            "spec_for(EngineOptions(drafter='hybrid')); print(sorted(m for m in ('torch', 'vllm', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "HSEDIT_CACHE": str(tmp_path)}).stdout
+    assert out.strip() == "[]", out
