@@ -88,11 +88,21 @@ class LiveEdit:
         return Group(Rule(self.title, style="dim"), *parts, Rule(style="dim"), Text(status), LEGEND)
 
 
+def _exactness(cell) -> str:
+    """`yes`: token-identical to plain decoding; `greedy`: some outputs differ, every token
+    within the dtype's tolerance of the top choice; `NO`: a drafter changed an answer."""
+    if cell.mismatches:
+        return f"NO ({len(cell.mismatches)})"
+    if cell.identical < cell.outputs:
+        return f"greedy ({cell.identical}/{cell.outputs} identical)"
+    return "yes"
+
+
 def bench_table(report) -> Table:
     step = f" · plain step {report.plain_step_ms:.0f} ms" if report.plain_step_ms else ""
     table = Table(title=f"hsedit bench · {report.repeats} round(s), methods interleaved; ratios from this run{step}")
     columns = ("workload", "batch", "method", "s/run", "of file", "tok/s", "vs plain", "vs copy", "vs vLLM ngram (best)", "vs dspark",
-               "tok/step", "accepted/drafted", "proposer ms/step", "dspark runs", "limit s", "of limit", "prefill",
+               "tok/step", "accepted/drafted", "proposer ms/step", "dspark runs", "limit s", "of limit", "of machine", "prefill",
                "exact")
     for column in columns:
         table.add_column(column, justify="left" if column in ("workload", "method", "accepted/drafted") else "right")
@@ -104,7 +114,7 @@ def bench_table(report) -> Table:
         if report.check_failed.get(c.workload):
             workload += f" ({len(report.check_failed[c.workload])} fail the instruction check)"
         if c.skipped:
-            table.add_row(workload, str(c.batch_size), c.method, "skipped", *[""] * 7, escape(c.skipped), *[""] * 6)
+            table.add_row(workload, str(c.batch_size), c.method, "skipped", *[""] * 7, escape(c.skipped), *[""] * 7)
             continue
         ratios = [report.ratio(c, NO_DRAFTER), report.ratio(c, COPY), report.ratio_to_best(c, VLLM_NGRAM),
                   report.ratio(c, DSPARK)]
@@ -119,8 +129,9 @@ def bench_table(report) -> Table:
             f"{c.model_run_share:.0%}" if c.model_run_share is not None else "–",
             f"{c.limit_seconds:.1f}" if c.limit_seconds else "–",
             f"{c.limit_share:.0%}" if c.limit_share is not None else "–",
+            f"{c.machine_share:.1%}" if c.machine_share is not None else "–",
             f"{c.prefill_share:.0%}" if c.prefill_share is not None else "–",
-            "yes" if not c.mismatches else f"NO ({len(c.mismatches)})",
+            _exactness(c),
         )
     return table
 

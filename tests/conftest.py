@@ -90,26 +90,8 @@ def free_port() -> int:
 
 
 def greedy_gaps(engine, prompt_ids: list[int], answer_ids: list[int]) -> list[float]:
-    """Per answer token: how far its log-probability lies below the model's top choice at that
-    position (0.0 where it is the top choice), from one prefill of prompt + answer on `engine`.
-
-    Greedy decoding anywhere (any batch, any drafter) writes only top choices; fp32 CPU kernels
-    that are not batch-invariant can only flip a near tie. So an answer whose gaps are all tiny
-    is greedy decoding up to that noise, whatever batch it ran in, and a wrong token shows."""
-    from vllm import SamplingParams
-
-    full = list(prompt_ids) + list(answer_ids)
-    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1)
-    engine.core.add_request("greedy-gaps", {"prompt_token_ids": full}, params)
-    finished = None
-    while finished is None:
-        finished = next((o for o in engine.core.step() if o.request_id == "greedy-gaps" and o.finished), None)
-    gaps = []
-    for position in range(len(prompt_ids), len(full)):
-        scored = finished.prompt_logprobs[position]  # the token there and the top choice
-        top = max(entry.logprob for entry in scored.values())
-        gaps.append(top - scored[full[position]].logprob)
-    return gaps
+    """Each answer token's distance below the top choice, scored by `engine` (Engine.greedy_gaps)."""
+    return engine.greedy_gaps(prompt_ids, answer_ids)
 
 
 class Server:

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from hsedit.bench import (
     BUILTIN_WORKLOADS,
     BenchTask,
-    _groups,
+    groups,
     all_accepted_limit,
     builtin_dir,
     builtin_workloads,
@@ -27,9 +27,9 @@ runner = CliRunner()
 
 def test_groups_fill_every_batch_and_keep_task_order():
     tasks = [BenchTask(str(i), chat=str(i)) for i in range(3)]
-    assert [[t.name for t in g] for g in _groups(tasks, 1)] == [["0"], ["1"], ["2"]]
-    assert [[t.name for t in g] for g in _groups(tasks, 2)] == [["0", "1"], ["2", "0"]]
-    assert [[t.name for t in g] for g in _groups(tasks, 4)] == [["0", "1", "2", "0"]]
+    assert [[t.name for t in g] for g in groups(tasks, 1)] == [["0"], ["1"], ["2"]]
+    assert [[t.name for t in g] for g in groups(tasks, 2)] == [["0", "1"], ["2", "0"]]
+    assert [[t.name for t in g] for g in groups(tasks, 4)] == [["0", "1", "2", "0"]]
 
 
 def test_the_builtin_workloads_load_from_the_repository():
@@ -160,3 +160,48 @@ def test_an_output_that_differs_from_plain_decoding_fails_the_bench(tmp_path, mo
     result = runner.invoke(app, ["bench", "--tasks", str(task_file), "--drafters", "copy", "--batch-size", "1"])
     assert result.exit_code == 1, result.output
     assert "outputs differ from plain decoding: copy at batch 1 on one" in " ".join(result.output.split())
+
+
+def test_acceptance_by_position_covers_chains_of_any_length():
+    """A 31-token copy chain kept whole, then one cut after 20: positions 1-31 are all counted
+    (a fixed-size table once dropped everything past the 16th)."""
+    from hsedit.bench.report import Cell
+    from hsedit.bench.run import _count
+    from hsedit.drafting.chain import StepRecord
+    from hsedit.engine.requests import Generation
+    from hsedit.engine.stats import RequestStats
+
+    steps = [StepRecord("copy", 31, 31, tuple(range(32))), StepRecord("copy", 31, 20, tuple(range(21)))]
+    cell = Cell("light", 1, "hybrid")
+    _count(cell, Generation(stats=RequestStats(steps=steps)))
+    by_position = cell.acceptance_by_position()["copy"]
+    assert len(by_position) == 31
+    assert by_position[:20] == [1.0] * 20 and by_position[20] == 0.5 and by_position[21:] == [1.0] * 10
+    assert cell.tokens == 32 + 21 and cell.acceptance() == {"copy": (51, 62)}
+
+
+class _ScoredEngine:
+    """The plain engine's scoring of an answer (`Engine.greedy_gaps`), given: the judging is the
+    logic under test here; tests/test_dtype.py scores real answers with the real engine."""
+
+    def __init__(self, gaps):
+        self.gaps, self.tokenizer = gaps, None
+
+    def greedy_gaps(self, prompt_ids, answer_ids):
+        return self.gaps[tuple(answer_ids)]
+
+
+def test_outputs_are_identical_greedy_within_tolerance_or_changed():
+    from hsedit.bench.judge import Output, judge_exactness
+    from hsedit.bench.report import Cell
+    from hsedit.engine.requests import Generation, GenerationRequest
+
+    def output(name, ids):
+        return Output(BenchTask(name, chat=name), GenerationRequest([1, 2, 3]), Generation(token_ids=list(ids)))
+
+    plain = [output("a", [5, 6]), output("b", [7, 8]), output("c", [9, 9])]
+    drafted = [output("a", [5, 6]), output("b", [7, 4]), output("c", [9, 3])]
+    cell = Cell("chat", 1, "hybrid")
+    judge_exactness(cell, drafted, plain, _ScoredEngine({(7, 4): [0.0, 0.2], (9, 3): [0.0, 6.5]}), tolerance=0.25)
+    assert (cell.outputs, cell.identical, cell.near_ties, cell.mismatches) == (3, 1, ["b"], ["c"])
+    assert cell.worst_gap == 6.5

@@ -32,9 +32,15 @@ from hsedit.engine.stats import RequestStats
 from hsedit.engine.vllm_engine import Proposer, SpecCounts, reported_spec_counts, silenced_stderr, start_vllm
 from hsedit.errors import ContextTooLongError
 
-__all__ = ["Engine", "EngineOptions", "Generation", "GenerationRequest", "StepEvent", "shared_engine"]
+__all__ = ["GREEDY_TOLERANCE", "Engine", "EngineOptions", "Generation", "GenerationRequest", "StepEvent", "shared_engine"]
 
 
+
+
+# How far below the model's top choice (nats) an emitted token may lie and still be greedy
+# decoding: CPU kernels are not batch-invariant, so a k-token verification step and a one-token
+# step can round a near tie apart; bf16 keeps 8 bits of mantissa, so its ties are wider.
+GREEDY_TOLERANCE = {"float32": 0.01, "bfloat16": 0.25, "float16": 0.25}
 
 
 class Engine:
@@ -79,6 +85,44 @@ class Engine:
         if shutdown is not None:
             shutdown()
         gc.collect()
+
+    @property
+    def flops_per_token(self) -> float | None:
+        """The target's matmul FLOPs per token (weights only: 2 per parameter of the projections
+        and the LM head; attention over the context left out), from its HF config."""
+        import json
+        from pathlib import Path
+
+        path = Path(self.model_path) / "config.json"
+        if not path.is_file():
+            return None
+        c = json.loads(path.read_text())
+        h, layers, inter, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
+        head_dim = c.get("head_dim") or h // c["num_attention_heads"]
+        kv = c.get("num_key_value_heads", c["num_attention_heads"]) * head_dim
+        return 2.0 * (layers * (2 * h * h + 2 * h * kv + 3 * h * inter) + h * vocab)
+
+    def greedy_gaps(self, prompt_ids: Sequence[int], answer_ids: Sequence[int]) -> list[float]:
+        """Per answer token: how far its log-probability lies below the model's top choice at that
+        position (0.0 where it is the top choice), from one prefill of prompt + answer. Greedy
+        decoding at any batch and with any drafter writes only top choices up to the kernels'
+        noise (`GREEDY_TOLERANCE`), so a wrong token shows whole nats below the top."""
+        from vllm import SamplingParams
+
+        full = list(prompt_ids) + list(answer_ids)
+        if not answer_ids:
+            return []
+        request_id = f"greedy-gaps-{next(self._ids)}"
+        self.core.add_request(request_id, {"prompt_token_ids": full}, SamplingParams(max_tokens=1, temperature=0.0,
+                                                                                     prompt_logprobs=1))
+        finished = None
+        while finished is None:
+            finished = next((o for o in self.core.step() if o.request_id == request_id and o.finished), None)
+        gaps = []
+        for position in range(len(prompt_ids), len(full)):
+            scored = finished.prompt_logprobs[position]  # the token there and the top choice
+            gaps.append(max(entry.logprob for entry in scored.values()) - scored[full[position]].logprob)
+        return gaps
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))

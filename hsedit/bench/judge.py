@@ -1,0 +1,66 @@
+"""Judging the bench's outputs: each method's against plain decoding of the same dtype and batch
+(token-identical, greedy within the dtype's tolerance, or changed), and plain decoding's answers
+as `hsedit apply` takes them (edit distance, the write guard, the instruction check)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hsedit.apply import EditJob, finish_edit
+from hsedit.bench.report import Cell
+from hsedit.bench.workloads import BenchTask
+from hsedit.edit.diff import edit_distance
+from hsedit.engine.engine import GREEDY_TOLERANCE, Engine, Generation, GenerationRequest
+from hsedit.errors import OutputTruncatedError
+
+
+@dataclass
+class Output:
+    """One request of one run: the task, what the engine was asked, what it wrote."""
+
+    task: BenchTask
+    request: GenerationRequest
+    generation: Generation
+
+
+def judge_exactness(cell: Cell, outputs: Sequence[Output], plain_outputs: Sequence[Output], plain: Engine,
+                    tolerance: float) -> None:
+    """Fill the cell's exactness from its outputs and plain decoding's at the same positions (the
+    same groups in the same order). An output that differs is scored by the plain engine in one
+    prefill: within `tolerance` of the top choice at every token it is greedy decoding through a
+    near tie; else the drafter changed the answer (`mismatches`)."""
+    for mine, theirs in zip(outputs, plain_outputs, strict=True):
+        cell.outputs += 1
+        if mine.generation.token_ids == theirs.generation.token_ids:
+            cell.identical += 1
+            continue
+        prompt = mine.request.prompt
+        prompt_ids = plain.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        gaps = plain.greedy_gaps(prompt_ids, mine.generation.token_ids)
+        worst = max(gaps, default=0.0)
+        cell.worst_gap = max(cell.worst_gap, worst)
+        names = cell.near_ties if worst <= tolerance else cell.mismatches
+        if mine.task.name not in names:
+            names.append(mine.task.name)
+
+
+def tolerance_for(dtype: str) -> float:
+    return GREEDY_TOLERANCE.get(dtype, GREEDY_TOLERANCE["bfloat16"])
+
+
+@dataclass
+class AnswerVerdict:
+    distance: float | None  # edit distance between the file and the answer (None: cut off)
+    guard_refuses: bool
+    check_fails: bool
+
+
+def judge_answer(output: Output) -> AnswerVerdict:
+    """An edit's answer as `hsedit apply` takes it (`finish_edit`); a cut-off answer is refused."""
+    job: EditJob = output.task.job
+    try:
+        result = finish_edit(job, output.generation, output.request)
+    except OutputTruncatedError:
+        return AnswerVerdict(None, True, False)
+    return AnswerVerdict(edit_distance(job.source.original, result.new_text), not result.guard.ok, result.check.failed)
