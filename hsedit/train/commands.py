@@ -112,6 +112,7 @@ def finetune_eval(
             "renames": renames, "scope": scope, "n": len(outcomes), "exact": sum(o.exact for o in outcomes),
             "written": sum(o.status == "ok" for o in outcomes), "wrong_success": sum(o.wrong_success for o in outcomes),
             "refused_for_size": sum(o.status == "refused: 4" for o in outcomes),
+            "exact_without_retries": sum(o.exact and o.first_try for o in outcomes),
             "seconds": round(sum(o.seconds for o in outcomes), 1),
         }))
         return
@@ -147,15 +148,25 @@ def finetune_compare(
     results = {}
     for name, directory in (("shipped", shipped or DEFAULT_ADAPTER), ("candidate", adapter)):
         model = str(merged_model(base, Path(directory)))
-        results[name] = evaluate_cached(lambda m=model: shared_engine(EngineOptions(model=m, drafter=COPY)), model, examples)
+        options = EngineOptions(model=model, drafter=COPY)
+        results[name] = evaluate_cached(lambda o=options: shared_engine(o), model, examples, options.resolved_dtype)
     pairs: dict[str, list[tuple[bool, bool]]] = {}
     for example, old, new in zip(examples, results["shipped"], results["candidate"]):
-        pairs.setdefault(example.kind, []).append((old, new))
+        pairs.setdefault(example.kind, []).append((old.exact, new.exact))
     kinds, total = compare(pairs)
     ships, why = verdict(kinds, total)
+    should_change = [k for k, e in enumerate(examples) if e.before != e.after]
+    rates = {name: {"exact": sum(s.exact for s in scores) / len(scores),
+                    "answered_unchanged": sum(scores[k].answered_unchanged for k in should_change) / len(should_change),
+                    "cut_off": sum(s.cut_off for s in scores) / len(scores)}
+             for name, scores in results.items()}
     if as_json:
-        typer.echo(json.dumps({"ships": ships, "why": why, "kinds": [k.as_dict() for k in [*kinds, total]]}))
+        typer.echo(json.dumps({"ships": ships, "why": why, "kinds": [k.as_dict() for k in [*kinds, total]],
+                               "rates": rates}))
     else:
+        for name, rate in rates.items():
+            typer.echo(f"{name:9} exact {rate['exact']:.1%} · answered unchanged {rate['answered_unchanged']:.1%} "
+                       f"of the should-change · cut off {rate['cut_off']:.1%}")
         for k in [*kinds, total]:
             typer.echo(f"{k.kind:20} n={k.n:3}  exact {k.shipped_exact:3} -> {k.candidate_exact:3}  "
                        f"+{k.wins} -{k.losses}  p_better {k.p_better:.3f}  p_worse {k.p_worse:.3f}"

@@ -11,7 +11,6 @@ exact but failed (false rejects, which must be 0).
 
 from __future__ import annotations
 
-import ast
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from hsedit.apply import EditJob, edit_request, finish_edit
 from hsedit.edit.check import check_edit
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile
+from hsedit.edit.validate import validate
 from hsedit.engine.engine import Engine
 from hsedit.errors import OutputTruncatedError
 from hsedit.train.finetune.dataset import Example
@@ -95,12 +95,8 @@ def score(example: Example, output: str, cut_off: bool = False) -> Score:
     kept = set()
     for block in difflib.SequenceMatcher(a=target, b=produced, autojunk=False).get_matching_blocks():
         kept.update(i for i in range(block.a, block.a + block.size) if i in unchanged)
-    try:
-        ast.parse(output)
-        parses = True
-    except (SyntaxError, ValueError):
-        parses = False
     path = example.path if example.path.endswith(".py") else example.path + ".py"
+    parses = validate(path, output).ok  # the parser `hsedit apply` validates with
     return Score(
         check=check_edit(path, example.before, output, example.instruction, example.update).ok,
         exact=output == example.after,
@@ -156,6 +152,9 @@ class EditOutcome:
     requests: int  # regions sent, retries included (1 for a whole file)
     completion_tokens: int
     file_tokens: int
+    # Every region settled at its first attempt: then the answer is the one retries=0 gives too
+    # (greedy), so one run tells what the retries bought.
+    first_try: bool = True
 
     @property
     def wrong_success(self) -> bool:
@@ -190,27 +189,28 @@ def evaluate_edits(engine: Engine, examples: Sequence[Example], scope: str, retr
             example.path, len(example.before.splitlines()), result.new_text == example.after,
             "ok" if refusal is None else f"refused: {refusal.exit_code}", result.check.ok,
             time.perf_counter() - started, attempts, result.stats.completion_tokens, engine.count_tokens(example.before),
+            first_try=all(r["attempts"] == 1 for r in result.regions),
         ))
     return outcomes
 
 
-def evaluate_cached(engine_for, model_dir: str, examples: Sequence[Example]) -> list[bool]:
-    """Whether each example's greedy answer is exact, for a merged model directory; kept in hsedit's
-    cache under the model's and the examples' digests, so the shipped model is measured once."""
+def evaluate_cached(engine_for, model_dir: str, examples: Sequence[Example], dtype: str) -> list[Score]:
+    """Each example's score (greedy, in example order) for a merged model directory run in
+    `dtype`; kept in hsedit's cache under the model's, the dtype's and the examples' digests, so
+    the shipped model is measured once."""
     import hashlib
     import json
+    from dataclasses import asdict
 
     from hsedit.engine.provision import cache_dir
 
     digest = hashlib.sha256(json.dumps([e.__dict__ for e in examples], sort_keys=True).encode()).hexdigest()[:12]
-    path = cache_dir() / "eval" / f"{Path(model_dir).name}-{digest}.json"
+    path = cache_dir() / "eval" / f"{Path(model_dir).name}-{dtype}-{digest}.json"
     if path.is_file():
-        return json.loads(path.read_text())
-    exact = [False] * len(examples)
+        return [Score(**row) for row in json.loads(path.read_text())]
     reports = evaluate(engine_for(), examples)
     by_kind = {r.kind: iter(r.scores) for r in reports}
-    for k, example in enumerate(examples):
-        exact[k] = next(by_kind[example.kind]).exact
+    scores = [next(by_kind[example.kind]) for example in examples]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(exact))
-    return exact
+    path.write_text(json.dumps([asdict(s) for s in scores]))
+    return scores

@@ -1,0 +1,42 @@
+"""The shipping rule for an apply adapter: paired exact answers, the sign test, per-kind noise."""
+
+from math import comb
+
+from hsedit.train.finetune.shipping import ALPHA, compare, sign_test, verdict
+
+
+def test_sign_test_is_the_exact_binomial_tail():
+    assert sign_test(0, 0) == 1.0
+    assert sign_test(5, 0) == 1 / 32
+    assert abs(sign_test(8, 2) - sum(comb(10, k) for k in range(8, 11)) / 2**10) < 1e-12
+    assert sign_test(3, 3) > 0.5  # as many losses as wins: no evidence either way
+
+
+def pairs_of(wins: int, losses: int, both: int = 0, neither: int = 0) -> list[tuple[bool, bool]]:
+    return [(False, True)] * wins + [(True, False)] * losses + [(True, True)] * both + [(False, False)] * neither
+
+
+def test_only_discordant_pairs_count_and_totals_add_up():
+    kinds, total = compare({"rename": pairs_of(4, 1, both=10, neither=25), "delete": pairs_of(2, 0, neither=38)})
+    by_kind = {k.kind: k for k in kinds}
+    assert (by_kind["rename"].n, by_kind["rename"].shipped_exact, by_kind["rename"].candidate_exact) == (40, 11, 14)
+    assert (total.n, total.wins, total.losses) == (80, 6, 1)
+
+
+def test_better_with_confidence_ships_and_a_few_wins_do_not():
+    kinds, total = compare({"a": pairs_of(9, 1, neither=30), "b": pairs_of(3, 1, neither=36)})
+    ships, why = verdict(kinds, total)
+    assert ships and total.p_better < ALPHA, why
+    kinds, total = compare({"a": pairs_of(3, 1, neither=36)})  # p = 0.31: could be luck
+    ships, why = verdict(kinds, total)
+    assert not ships and "not better" in why
+
+
+def test_a_kind_worse_beyond_its_noise_blocks_shipping_however_good_the_rest():
+    kinds, total = compare({"rename": pairs_of(30, 0, neither=10), "delete": pairs_of(0, 6, neither=34)})
+    assert total.p_better < ALPHA
+    ships, why = verdict(kinds, total)
+    assert not ships and "delete" in why
+    # One loss in a kind is noise, not a regression.
+    kinds, total = compare({"rename": pairs_of(30, 0, neither=10), "delete": pairs_of(0, 1, neither=39)})
+    assert verdict(kinds, total)[0]
