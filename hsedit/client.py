@@ -3,8 +3,9 @@ server instead of an embedded engine, with the same output, exit codes and live 
 
 Only the generation runs on the server. The client reads the file, sends its text (`/v1/apply`),
 rebuilds the step events from the server's stream (`server.wire.StreamReader`), and then
-extracts, checks and writes exactly as it does embedded. Standard library only: the light
-install that pre-commit uses (no torch, no vLLM) can talk to a server.
+extracts, checks and writes exactly as it does embedded. The bodies are the server's own models
+(`server.schema`, `server.wire`): the standard library and pydantic only, so the light install
+that pre-commit uses (no torch, no vLLM, no FastAPI) can talk to a server.
 """
 
 from __future__ import annotations
@@ -16,15 +17,20 @@ import queue
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 from urllib.parse import urlsplit
+
+from pydantic import BaseModel
 
 from hsedit.apply import EditJob, GeneratedEdit
 from hsedit.config import API_KEY_VARIABLE
 from hsedit.engine.provision import DrafterTarget
 from hsedit.engine.requests import StepEvent
 from hsedit.errors import HseditError, ServerError, UsageError, error_for_exit_code
-from hsedit.server.wire import StreamReader, apply_body
+from hsedit.server.schema import ApplyRequest, BadRequest, ErrorBody, Health, parse
+from hsedit.server.wire import StreamReader, read_line
 
+Reply = TypeVar("Reply", bound=BaseModel)
 CONNECT_TIMEOUT_S = 10
 READ_TIMEOUT_S = 600  # one step of a loaded server never takes this long
 
@@ -59,18 +65,34 @@ class ServerClient:
         self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE)
 
     def get_json(self, path: str) -> dict:
+        """Any GET's JSON object, as it is (`hsedit daemon status` shows a daemon's /health)."""
         connection, response = self._request("GET", path, None)
         try:
-            return self._json(response)
+            self._check(response)
+            raw = response.read()
+        finally:
+            connection.close()
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise ServerError(f"unreadable answer from {self.url}: not a JSON object")
+        return data
+
+    def health(self) -> Health:
+        connection, response = self._request("GET", "/health", None)
+        try:
+            self._check(response)
+            return self._reply(Health, response.read())
         finally:
             connection.close()
 
-    def stream_lines(self, path: str, body: dict) -> Iterator[dict]:
-        """POST `body` and yield the JSON objects of the answer, one per line, as they arrive."""
-        connection, response = self._request("POST", path, body)
+    def stream_lines(self, path: str, body: BaseModel) -> Iterator[bytes]:
+        """POST `body` and yield the lines of the answer (one JSON object each) as they arrive."""
+        connection, response = self._request("POST", path, body.model_dump_json(exclude_none=True).encode())
         try:
-            if response.status != 200:
-                self._json(response)  # raises the server's error
+            self._check(response)
             while True:
                 try:
                     line = response.readline()
@@ -79,11 +101,11 @@ class ServerClient:
                 if not line:
                     return
                 if line.strip():
-                    yield json.loads(line)
+                    yield line
         finally:
             connection.close()
 
-    def _request(self, method: str, path: str, body: dict | None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    def _request(self, method: str, path: str, body: bytes | None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         if self.socket_path is not None:
             connection: http.client.HTTPConnection = _UnixConnection(self.socket_path, CONNECT_TIMEOUT_S)
         else:
@@ -93,26 +115,31 @@ class ServerClient:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         try:
-            connection.request(method, self.base + path, None if body is None else json.dumps(body), headers)
+            connection.request(method, self.base + path, body, headers)
             connection.sock.settimeout(READ_TIMEOUT_S)
             return connection, connection.getresponse()
         except OSError as error:
             connection.close()
             raise ServerError(f"cannot reach the hsedit server at {self.url}: {error.strerror or error}") from None
 
-    def _json(self, response: http.client.HTTPResponse) -> dict:
-        raw = response.read()
+    def _check(self, response: http.client.HTTPResponse) -> None:
+        """Any status but 200 raises the server's error: an edit it refused as hsedit would here
+        is that error (its exit code), anything else exit 10."""
+        if response.status == 200:
+            return
         try:
-            data = json.loads(raw)
-        except json.JSONDecodeError:
-            data = None
-        if response.status == 200 and isinstance(data, dict):
-            return data
-        error = data.get("error", {}) if isinstance(data, dict) else {}
-        message = error.get("message") or f"HTTP {response.status} from {self.url}"
-        if "exit_code" in error:  # an edit the server refused as hsedit would here
-            raise error_for_exit_code(int(error["exit_code"]), message)
-        raise ServerError(f"the server at {self.url} answered {response.status}: {message}")
+            error = parse(ErrorBody, response.read()).error
+        except BadRequest:  # not hsedit's error shape: a proxy's page, another server
+            raise ServerError(f"the server at {self.url} answered {response.status}") from None
+        if error.exit_code is not None:
+            raise error_for_exit_code(error.exit_code, error.message)
+        raise ServerError(f"the server at {self.url} answered {response.status}: {error.message}")
+
+    def _reply(self, model: type[Reply], raw: bytes) -> Reply:
+        try:
+            return parse(model, raw)
+        except BadRequest as error:
+            raise ServerError(f"unreadable answer from {self.url}: {error}") from None
 
 
 class ServerRunner:
@@ -122,11 +149,11 @@ class ServerRunner:
     def __init__(self, client: ServerClient, lost: str | None = None) -> None:
         self.client = client
         self.lost = lost
-        health = client.get_json("/health")
-        where = "background engine" if health.get("daemon") else f"server {client.url}"
-        self.description = f"{where}, drafter: {health.get('drafter', '?')}"
-        target = health.get("dspark_target")
-        self.dspark_target = DrafterTarget(target["trained_for"], target["target"]) if target else None
+        health = client.health()
+        where = "background engine" if health.daemon else f"server {client.url}"
+        self.description = f"{where}, drafter: {health.drafter}"
+        target = health.dspark_target
+        self.dspark_target = DrafterTarget(target.trained_for, target.target) if target else None
 
     def generate(
         self,
@@ -151,10 +178,15 @@ class ServerRunner:
                 if entry is None:
                     return
                 index, job = entry
-                body = apply_body(
-                    job.display_path, job.source.text, job.instruction, job.update,
-                    max_tokens=max_tokens, temperature=temperature, seed=seed,
-                )
+                try:  # the server's own checks, here: a body it would refuse is never sent
+                    body = parse(ApplyRequest, {
+                        "path": job.display_path, "code": job.source.text, "instruction": job.instruction,
+                        "update": job.update, "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
+                    })
+                except BadRequest as error:  # this edit fails as the server would fail it, the others go on
+                    inbox.put(("done", GeneratedEdit(index, None, None, UsageError(str(error)))))
+                    running += 1  # its answer is already in the inbox
+                    continue
                 threading.Thread(target=self._run_one, args=(index, body, inbox), daemon=True).start()
                 running += 1
 
@@ -169,11 +201,11 @@ class ServerRunner:
             yield item
             admit()
 
-    def _run_one(self, index: int, body: dict, inbox: queue.Queue) -> None:
+    def _run_one(self, index: int, body: ApplyRequest, inbox: queue.Queue) -> None:
         reader = StreamReader(index)
         try:
-            for message in self.client.stream_lines("/v1/apply", body):
-                event = reader.feed(message)
+            for raw in self.client.stream_lines("/v1/apply", body):
+                event = reader.feed(read_line(raw))
                 if event is not None:
                     inbox.put(("step", event))
                 if reader.finished:
@@ -186,6 +218,9 @@ class ServerRunner:
             inbox.put(("done", GeneratedEdit(index, None, None, failure)))
         except HseditError as error:
             inbox.put(("done", GeneratedEdit(index, None, None, error)))
+        except BadRequest as error:  # a line that is none of the stream's: this edit fails, the others go on
+            failure = ServerError(f"unreadable answer from {self.client.url}: {error}")
+            inbox.put(("done", GeneratedEdit(index, None, None, failure)))
         except Exception as error:  # a malformed answer: this edit fails, the others go on
             failure = ServerError(f"unreadable answer from {self.client.url}: {type(error).__name__}: {error}")
             inbox.put(("done", GeneratedEdit(index, None, None, failure)))

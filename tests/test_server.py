@@ -182,7 +182,8 @@ def test_eight_concurrent_edits_are_each_their_own_and_exact(server, plain_engin
             expected = finish_edit(job, done.generation, done.request)
         except HseditError as error:  # a runaway answer is cut off the same way
             if same:
-                assert (result["type"], result["exit_code"], result["message"]) == ("error", error.exit_code, str(error))
+                assert result == {"type": "error", "error": {"message": str(error), "type": "edit_error",
+                                                             "exit_code": error.exit_code}}
             continue
         if same:
             assert result == {**result, "type": "result", "new_text": expected.new_text}, result

@@ -1,2 +1,3 @@
-"""`hsedit serve`: one warm engine behind HTTP. `wire` is light (the clients import it); the rest
-needs the server's dependencies (FastAPI, uvicorn, vLLM)."""
+"""`hsedit serve`: one warm engine behind HTTP. The bodies (`schema`, `openai_schema`, `wire`) are
+light, pydantic only (the clients import them); the rest needs the server's dependencies
+(FastAPI, uvicorn, vLLM)."""

@@ -1,13 +1,15 @@
 """The server's counters, in Prometheus' text format (`GET /metrics`).
 
-Written by the engine thread (steps, tokens, drafts) and the routes (requests, refusals);
-plain integer and float updates, read without a lock: a scrape may see one step half counted.
+Written by the engine thread (steps, tokens, drafts) and `CountRequests` (every HTTP request and
+its status); plain integer and float updates, read without a lock: a scrape may see one step
+half counted.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from hsedit.engine.requests import StepEvent
 
@@ -67,6 +69,34 @@ class Metrics:
             metric("dspark_target_matches", "gauge", "1 if the DSpark drafter was trained for the served target.",
                    [("", int(dspark_target_matches))])
         return "\n".join(lines) + "\n"
+
+
+class CountRequests:
+    """Counts every HTTP request by endpoint and status, refusals (401, 413, 429, ...) included.
+    The endpoint is one of `endpoints` (the app's own routes) or "other": a client cannot grow
+    the metric with paths of its own making. Plain ASGI, so streamed answers and disconnects
+    pass through untouched; the status is the one the response started with."""
+
+    def __init__(self, app: Any, metrics: Metrics, endpoints: Iterable[str]) -> None:
+        self.app, self.metrics, self.endpoints = app, metrics, frozenset(endpoints)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # what a response that never started counts as
+
+        async def counted(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted)
+        finally:
+            path = scope["path"]
+            self.metrics.requests[(path if path in self.endpoints else "other", status)] += 1
 
 
 def _number(value: float) -> str:
