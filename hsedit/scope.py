@@ -155,13 +155,8 @@ def generate_edits(
             sent.append((index, part))
             yield part.job
 
-    pending_errors: list[tuple[int, HseditError]] = []
-    pending_done: list[int] = []
-    round_jobs: Iterable[EditJob] = first_round()
-    round_number = 0
-    while True:
+    def run(round_jobs: Iterable[EditJob], sampled: bool, round_number: int):
         sent.clear()
-        sampled = round_number > 0
         for done in runner.generate(
             round_jobs, max_tokens=max_tokens, max_in_flight=max_in_flight, on_step=_keyed(on_step, sent),
             temperature=RETRY_TEMPERATURE if sampled and temperature == 0 else temperature,
@@ -174,12 +169,22 @@ def generate_edits(
                 waiting.append((index, part))
             yield from settle(index)
         yield from _drain(pending_errors, pending_done, plans, max_deletion)
-        if not waiting:
-            break
+
+    pending_errors: list[tuple[int, HseditError]] = []
+    pending_done: list[int] = []
+    yield from run(first_round(), False, 0)
+    round_number = 0
+    while waiting:
         again = _retry_parts(plans, waiting)
         waiting = []
-        round_jobs = round_of(again)
         round_number += 1
+        # A region asked again as its smaller units is a new question: greedy, drafted. The same
+        # question asked again has the same greedy answer: sampled (on CPU, undrafted).
+        fresh = [(i, p) for i, p in again if p.generated is None]
+        repeated = [(i, p) for i, p in again if p.generated is not None]
+        for group, sampled in ((fresh, False), (repeated, True)):
+            if group:
+                yield from run(round_of(group), sampled, round_number)
     for index in list(plans):
         yield index, _finish(plans.pop(index), max_deletion)
 

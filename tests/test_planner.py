@@ -205,3 +205,84 @@ def test_a_seeded_prediction_is_copied_from_and_survives_a_rebuild():
     assert draft[:2] == [44, 45]
     (plain,) = DraftPlanner(min_match=3).step([row("b", [1, 2, 40, 41, 42], [42])])
     assert plain == []  # without the prediction there is nothing to copy
+
+
+def test_failed_resync_guesses_are_learnt_apart_from_the_copies():
+    """Chat that repeats itself: its copies are kept, its resync guesses after each change are
+    not. The request learns to distrust the guesses without distrusting its copies (one shared
+    shift once cut the copies short as well)."""
+    from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+
+    copy_acceptance = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
+    planner = DraftPlanner(copy_acceptance=copy_acceptance, max_draft=31)
+    text = list(range(1, 11)) * 3  # said three times
+    context = text[:14]
+    (draft,) = planner.step([row("a", context, [context[-1]], 31)])
+    guesses = 0
+    fresh = iter(range(100, 200))
+    for _ in range(12):
+        state = planner._states["a"]
+        if state.pending is not None and state.pending.copy_features.resumed:
+            guesses += 1
+            emitted = [next(fresh)]  # the guess is wrong at its first token
+        elif draft:
+            emitted = draft + [next(fresh)]  # the copy is kept whole, then the answer moves on
+        else:
+            emitted = [next(fresh)]
+        context = context + emitted
+        (draft,) = planner.step([row("a", context, emitted, 31)])
+    state = planner._states["a"]
+    assert guesses >= 3, "no resync guesses were made: nothing was tested"
+    assert state.resume_offset.value < -0.5
+    assert state.copy_offset.value >= 0.0
+
+
+def _dspark_passes(keeps: bool, steps: int = 80) -> int:
+    """DSpark passes a hybrid planner runs for one request over `steps` steps of text it cannot
+    copy, when the target keeps every DSpark chain (`keeps`) or none."""
+    import torch
+
+    from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+    from hsedit.drafting.hybrid import HybridSelector
+    from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
+    from hsedit.drafting.planner import DSPARK
+    from tests.test_dspark import random_drafter
+
+    copy_acceptance = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
+    selector = HybridSelector(max_batch_tokens=256)
+    selector.record_draft_time = lambda count, seconds: None  # the profile decides, not this machine's load
+    selector.set_costs([1, 16, 64], [0.030, 0.034, 0.050])
+    selector.set_draft_costs([1, 4], [0.001, 0.0016])
+    planner = DraftPlanner((COPY, DSPARK), model_drafter=ModelDrafter(random_drafter()), copy_acceptance=copy_acceptance,
+                           selector=selector)
+    size = planner.model_drafter.model.config.feature_size
+    features = torch.randn(4 * steps + 8, size, generator=torch.Generator().manual_seed(0))
+    vocab = planner.model_drafter.model.config.vocab_size
+    rng = np.random.default_rng(0)
+    # Random tokens, each unlike the drafter's guess: a repeated three-token run (the copy
+    # drafter's key) is rare among a few hundred, so there is next to nothing to copy.
+    fresh = (int(t) for t in rng.integers(0, vocab, size=10 * steps))
+    context, start, emitted = [1, 2, 3], 0, [3]
+    for _ in range(steps):
+        rows = FeatureRows(features[start : len(context) - 1], start, len(context))
+        (draft,) = planner.step([RowView("a", np.array(context), emitted, 7, rows)])
+        ran = planner._states["a"].model_proposed is not None
+        emitted = ([*draft, next(fresh)] if keeps and ran and draft else [next(fresh)])
+        start, context = len(context) - 1, context + emitted
+    return planner.model_drafted
+
+
+def test_dspark_backs_off_where_the_target_keeps_nothing_and_not_where_it_keeps_its_chains(monkeypatch):
+    """Chat for a drafter of code: every DSpark chain rejected. The request retries it ever more
+    rarely (a pass each time, for nothing) instead of every few steps; where the chains are kept
+    the drafter keeps running."""
+    import hsedit.drafting.planner as planner_module
+
+    rejected = _dspark_passes(keeps=False)
+    kept = _dspark_passes(keeps=True)
+    monkeypatch.setattr(planner_module, "MAX_MODEL_WAIT", 0)  # no back-off: the drift alone
+    rejected_without = _dspark_passes(keeps=False)
+    # (The first ~15 passes are the request's offset learning that its chains fail.)
+    assert rejected <= 20, rejected
+    assert rejected_without >= 2 * rejected, (rejected, rejected_without)
+    assert kept >= 2 * rejected, (kept, rejected)

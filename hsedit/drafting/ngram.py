@@ -105,7 +105,8 @@ class Alignment:
     insertion: `x` -> `x_value` emits `_value` and then the original's `:`). Such a chain is
     priced like any other, by the calibrated acceptance of a one-token match with no second
     occurrence to agree (measured on the apply model's held-out answers: its first token is kept
-    18% of the time, each later one ~90%)."""
+    18% of the time, each later one ~90%), shifted by what the request's own guesses showed (on
+    text that copies nothing, such as chat that repeats itself, nearly none is kept)."""
 
     def __init__(self) -> None:
         self.diverged_at: int | None = None  # source position the output did not reproduce
@@ -135,5 +136,5 @@ class Alignment:
         if not draft:
             return None
         features = CopyFeatures(match_len=1, num_candidates=1, candidates_agree=False,
-                                source_distance=len(source) - resume_at)
+                                source_distance=len(source) - resume_at, resumed=True)
         return DraftChain(source=COPY, tokens=list(draft), copy_features=features, source_start=resume_at)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hsedit.drafting.chain import DSPARK, MAX_TRACKED_REQUESTS, COPY, PROBE, DraftChain, StepRecord
+from hsedit.drafting.chain import DSPARK, MAX_TRACKED_REQUESTS, COPY, PROBE, CopyFeatures, DraftChain, StepRecord
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel, RequestOffset, VerifiedChain
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
@@ -38,12 +38,19 @@ class RowView:
     features: FeatureRows | None = None  # target features computed this step (model drafter only)
 
 
-# A request the model drafter skipped moves its DSpark estimate this far towards the batch's
-# running mean each step, so a low estimate is retried once the mean says it may pay again.
-ESTIMATE_DRIFT = 0.25
+# A request the plan skips DSpark for is still probed now and then: once it has been skipped
+# for more steps than its back-off, and is not copying, the drafter runs for it anyway, so its
+# estimate and offset learn from a chain of its own (nothing else could show that the drafter
+# pays again, and no history of other requests can lock it out). The back-off is PROBE_EVERY
+# after a chain the target kept from and doubles after each chain of which it kept nothing (up
+# to MAX_MODEL_WAIT). On text the drafter does not know a request so tries ~log2(steps) times;
+# a drift of its estimate towards the batch's mean retried every few steps (seen: a pass on 25%
+# of chat steps, ~4 ms each on a 23 ms step, keeping nearly nothing).
+PROBE_EVERY = 8
+MAX_MODEL_WAIT = 64
 # Weight of the newest value in the planner's running means: a finished request's copy and
 # DSpark offsets (new requests start from them; few requests finish, so each counts for more)
-# and a verified DSpark chain's survival (one per request-step: many, so each counts for less).
+# and a judged DSpark chain's outcome (one per request-step: many, so each counts for less).
 COPY_OFFSET_WEIGHT = 0.2
 MODEL_SURVIVAL_WEIGHT = 0.1
 
@@ -56,6 +63,11 @@ class _RequestState:
     records: list[StepRecord] = field(default_factory=list)
     model_estimate: list[float] | None = None  # expected survival of its next DSpark chain
     copy_offset: RequestOffset = field(default_factory=RequestOffset)  # its shift of the copy acceptance model
+    # The same for its resync guesses after a change (`Alignment.resume`), learnt apart: a chat
+    # answer that repeats itself copies well and resyncs badly, an edit the other way round.
+    # Not shared across requests (prior 0): a distrust learnt on chat must not lock out the
+    # guesses of a later edit, whose chains would then never be verified to show otherwise.
+    resume_offset: RequestOffset = field(default_factory=RequestOffset)
     # Its shift of the DSpark drafter's confidences: they are calibrated on the trainer's held-out
     # data, and a request unlike it (chat for a drafter of code) keeps far fewer of its tokens.
     model_offset: RequestOffset = field(default_factory=RequestOffset)
@@ -63,9 +75,15 @@ class _RequestState:
     # confidences): at temperature 0 the tokens the target emits next are what it would have
     # kept of any chain, so every chain it drafts is judged, not only those the selector chose.
     model_proposed: tuple[list[int], np.ndarray] | None = None
+    model_wait: int = 0  # steps it may be skipped before it is probed (PROBE_EVERY, MAX_MODEL_WAIT)
+    model_idle: int = 0  # steps since its last DSpark pass
+    copying: bool = False  # it had a copy chain last step (a suffix match, not a resync guess)
     alignment: Alignment = field(default_factory=Alignment)  # where the output stands in what it copies
     # Tokens the answer is expected to repeat (a Predicted Output): indexed before the context.
     reference: tuple[int, ...] = ()
+
+    def offset_for(self, features: CopyFeatures) -> RequestOffset:
+        return self.resume_offset if features.resumed else self.copy_offset
 
 
 class DraftPlanner:
@@ -94,7 +112,10 @@ class DraftPlanner:
         self.max_draft = max_draft
         self.min_match = min_match
         self._states: OrderedDict[str, _RequestState] = OrderedDict()
-        # Running mean survival of DSpark chains, starting from what the drafter's trainer measured.
+        # Running mean of what the target kept of DSpark chains, per position (1 while kept, 0 from
+        # where they parted), starting from what the drafter's trainer measured: what a request's
+        # skipped estimate drifts back to. Outcomes, not the chains' own predictions: a drafter
+        # off its training data predicts far more than it keeps.
         self._model_mean: np.ndarray | None = None
         if model_drafter is not None and model_drafter.model.config.expected_survival:
             prior = np.zeros(model_drafter.block_size)
@@ -124,12 +145,16 @@ class DraftPlanner:
             state.records.append(record)
             if record.copy_features is not None and self.copy_acceptance is not None:
                 verified = VerifiedChain(record.copy_features, record.drafted, record.matched)
-                state.copy_offset.observe(self.copy_acceptance, verified)
+                state.offset_for(record.copy_features).observe(self.copy_acceptance, verified)
             if state.model_proposed is not None:
                 tokens, logits = state.model_proposed
                 labels = judged_positions(tokens, record.emitted)
                 state.model_offset.observe_logits(logits[: len(labels)], labels)
                 state.model_proposed = None
+                if len(labels):
+                    kept_any = labels[0] > 0
+                    state.model_wait = PROBE_EVERY if kept_any else min(max(1, 2 * state.model_wait), MAX_MODEL_WAIT)
+                    self._learn_model_outcome(labels)
             _sync_index(state, row.context)
             state.alignment.observe(state.pending, record.matched, record.emitted, state.index.tokens)
             live.append((i, row, state))
@@ -214,7 +239,8 @@ class DraftPlanner:
         if chain is None or not chain.tokens:
             return None
         if self.copy_acceptance is not None:
-            chain.survival = self.copy_acceptance.survival(chain.copy_features, len(chain), state.copy_offset.value)
+            offset = state.offset_for(chain.copy_features).value
+            chain.survival = self.copy_acceptance.survival(chain.copy_features, len(chain), offset)
         return chain
 
     def _model_chains(
@@ -223,14 +249,29 @@ class DraftPlanner:
         limits: Sequence[int],
         copy: Sequence[DraftChain | None],
     ) -> dict[str, DraftChain]:
-        """DSpark chains, for the requests where the selector expects them to pay (all without one)."""
+        """DSpark chains, for the requests where the selector expects them to pay (all without one)
+        and those due a probe."""
         runs = [limit > 0 for limit in limits]
+        for (_, state), chain in zip(live, copy):
+            state.copying = chain is not None and not chain.copy_features.resumed
         if self.selector is not None:
-            planned = self.selector.plan_model_drafting(list(copy), [self._model_estimate(state) for _, state in live])
-            runs = [run and plan for run, plan in zip(runs, planned)]
+            # A request backing off (its last chains kept nothing) is not planned for, only
+            # probed; with every request backing off the plan is skipped whole (it is most of
+            # the hybrid's own cost per step on text DSpark does not know).
+            planned = [False] * len(live)
+            open_ = [i for i, (_, state) in enumerate(live) if state.model_wait <= PROBE_EVERY]
+            if open_:
+                plans = self.selector.plan_model_drafting([copy[i] for i in open_],
+                                                          [self._model_estimate(live[i][1]) for i in open_])
+                for i, plan in zip(open_, plans):
+                    planned[i] = plan
+            # A probe only where DSpark could matter: while the request copies, its chains lose
+            # to the copy's anyway.
+            runs = [run and (plan or (not state.copying and state.model_idle > state.model_wait))
+                    for run, plan, (_, state) in zip(runs, planned, live)]
             for (_, state), run in zip(live, runs):
                 if not run:
-                    self._drift_model_estimate(state)
+                    state.model_idle += 1
         wanted = [i for i, run in enumerate(runs) if run]
         chains = self.model_drafter.propose([(live[i][0].req_id, int(live[i][0].context[-1]), limits[i]) for i in wanted])
         if chains and self.selector is not None:
@@ -240,28 +281,35 @@ class DraftPlanner:
         for i in wanted:
             row, state = live[i]
             if row.req_id in chains:
+                state.model_idle = 0
                 shift_model_chain(state, chains[row.req_id])
                 self._learn_model_estimate(state, chains[row.req_id])
         return chains
 
     def _model_estimate(self, state: _RequestState) -> list[float] | None:
-        """What the request's next DSpark chain is expected to survive: its last one (drifted
-        towards the mean while skipped); the running mean for a request never drafted for."""
+        """What the request's next DSpark chain is expected to survive: its last one; what the
+        target kept of recent chains for a request never drafted for."""
         if state.model_estimate is not None:
             return state.model_estimate
         return None if self._model_mean is None else self._model_mean.tolist()
-
-    def _drift_model_estimate(self, state: _RequestState) -> None:
-        if state.model_estimate is not None and self._model_mean is not None:
-            estimate = (1 - ESTIMATE_DRIFT) * np.asarray(state.model_estimate) + ESTIMATE_DRIFT * self._model_mean
-            state.model_estimate = estimate.tolist()
 
     def _learn_model_estimate(self, state: _RequestState, chain: DraftChain) -> None:
         full = np.zeros(self.model_drafter.block_size)
         full[: len(chain.survival)] = chain.survival
         state.model_estimate = full.tolist()
+
+    def _learn_model_outcome(self, labels: np.ndarray) -> None:
+        """Fold one judged DSpark chain into the running mean: its judged positions, and every
+        later one as lost once a position was (nothing survives a rejected token)."""
+        block = self.model_drafter.block_size
+        realized = np.zeros(block)
+        realized[: len(labels)] = labels[:block]
+        known = block if labels[-1] == 0 else min(len(labels), block)
+        if self._model_mean is None:
+            self._model_mean = realized
+            return
         w = MODEL_SURVIVAL_WEIGHT
-        self._model_mean = full if self._model_mean is None else (1 - w) * self._model_mean + w * full
+        self._model_mean[:known] = (1 - w) * self._model_mean[:known] + w * realized[:known]
 
     def _select(self, candidates: list[list[DraftChain]]) -> list[DraftChain | None]:
         if self.selector is not None and self.probe_length is None:

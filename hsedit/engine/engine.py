@@ -39,8 +39,9 @@ __all__ = ["GREEDY_TOLERANCE", "Engine", "EngineOptions", "Generation", "Generat
 
 # How far below the model's top choice (nats) an emitted token may lie and still be greedy
 # decoding: CPU kernels are not batch-invariant, so a k-token verification step and a one-token
-# step can round a near tie apart; bf16 keeps 8 bits of mantissa, so its ties are wider.
-GREEDY_TOLERANCE = {"float32": 0.01, "bfloat16": 0.25, "float16": 0.25}
+# step can round a near tie apart. bf16 keeps 8 bits of mantissa: a logit between 32 and 64 is
+# rounded to 0.25, and a tie flips within two such steps; a wrong token lies whole nats below.
+GREEDY_TOLERANCE = {"float32": 0.01, "bfloat16": 0.5, "float16": 0.5}
 
 
 class Engine:
