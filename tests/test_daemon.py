@@ -110,6 +110,10 @@ def test_first_calls_at_once_start_one_private_daemon_over_a_stale_socket(home):
     assert stat.S_IMODE(spec.directory.stat().st_mode) == 0o700  # only its owner can enter
     assert stat.S_IMODE(spec.socket.stat().st_mode) == 0o600
     assert ServerClient(spec.url).get_json("/health")["daemon"]["pid"] == daemons[0].pid
+    code, _, err = _hsedit(env, project, "daemon", "stop")
+    assert code == 0, err
+    assert _gone(daemons[0].pid, 60) and not spec.socket.exists()
+    assert "Traceback" not in Path(daemons[0].state["log"]).read_text()  # it stopped cleanly
 
 
 @pytest.mark.parametrize("args", [

@@ -108,6 +108,7 @@ def serve(
     engine = Engine(options)
     worker = EngineWorker(engine, max_queue=settings.max_queue)
     listener = _unix_listener(socket_path) if socket_path is not None else None
+    staging = Path(listener.getsockname()) if listener is not None else None
 
     @asynccontextmanager
     async def lifespan(app):
@@ -115,7 +116,7 @@ def serve(
         if state is not None:
             # Clients find the socket only now, with the engine ready; connections made between
             # here and uvicorn's first accept wait in the listener's backlog.
-            os.replace(listener.getsockname(), socket_path)
+            os.replace(staging, socket_path)
             daemon.announce(state)
             daemon.watch(state, options, worker.idle_seconds)
         on_ready(f"unix:{socket_path}" if socket_path is not None else f"http://{host}:{port}")
@@ -138,8 +139,10 @@ def serve(
     try:
         uvicorn.Server(config).run(sockets=[listener] if listener is not None else None)
     finally:
-        if listener is not None:
-            Path(listener.getsockname()).unlink(missing_ok=True)  # a start that failed before the rename
+        # uvicorn has closed the listener by now; its staging name is left only by a start that
+        # failed before the rename.
+        if staging is not None:
+            staging.unlink(missing_ok=True)
 
 
 def _unix_listener(socket_path: Path) -> socket.socket:
