@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hsedit.edit.check import check_edit
+from hsedit.edit.check import check_edit, same_rename
 
 CODE = '''"""Inventory helpers."""
 
@@ -71,6 +71,20 @@ def test_every_rename_phrasing_is_understood_and_a_right_rename_passes(instructi
 def test_a_rename_may_follow_into_strings_and_comments_or_not():
     also_prose = RENAMED.replace("Sum of total_value", "Sum of inventory_value")
     assert verdict(also_prose, "rename total_value to inventory_value").ok is True
+
+
+def test_two_renames_that_differ_only_in_prose_are_the_same_rename():
+    # The three held-out "wrong successes" of 2026-12-03 were this: the answer also renamed the
+    # name in a docstring or comment the expected answer left.
+    expected = 'def dn_match(dn):\n    """Match dn."""\n    # dn.split()\n    return dn.lower()\n'
+    answer = 'def dn_match(the_dn):\n    """Match the_dn."""\n    # dn.split()\n    return the_dn.lower()\n'
+    assert check_edit("a.py", expected.replace("the_dn", "dn"), answer, "rename the variable dn to the_dn").ok
+    expected = expected.replace("(dn)", "(the_dn)").replace("dn.lower", "the_dn.lower")
+    assert same_rename(expected, answer, "dn", "the_dn")
+    assert same_rename(answer, expected, "dn", "the_dn")
+    assert not same_rename(expected, answer.replace("Match the_dn", "Match a_dn"), "dn", "the_dn")
+    assert not same_rename(expected, answer.replace("the_dn.lower", "dn.lower"), "dn", "the_dn")  # a use, not prose
+    assert not same_rename(expected, answer.replace("return", "return  1 +"), "dn", "the_dn")
 
 
 def test_missed_uses_and_stray_changes_are_named_with_their_lines():

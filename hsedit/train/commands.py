@@ -110,6 +110,7 @@ def finetune_eval(
             typer.echo(json.dumps(o.__dict__ | {"wrong_success": o.wrong_success}))
         typer.echo(json.dumps({
             "renames": renames, "scope": scope, "n": len(outcomes), "exact": sum(o.exact for o in outcomes),
+            "right": sum(o.right for o in outcomes),
             "written": sum(o.status == "ok" for o in outcomes), "wrong_success": sum(o.wrong_success for o in outcomes),
             "refused_for_size": sum(o.status == "refused: 4" for o in outcomes),
             "exact_without_retries": sum(o.exact and o.first_try for o in outcomes),

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hsedit.apply import EditJob, edit_request, finish_edit
-from hsedit.edit.check import check_edit
+from hsedit.edit.check import check_edit, same_rename
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile
+from hsedit.edit.intent import Rename, parse_intent
 from hsedit.edit.validate import validate
 from hsedit.engine.engine import Engine
 from hsedit.errors import OutputTruncatedError
@@ -155,11 +156,14 @@ class EditOutcome:
     # Every region settled at its first attempt: then the answer is the one retries=0 gives too
     # (greedy), so one run tells what the retries bought.
     first_try: bool = True
+    # Exact, or a rename that differs from the expected one only in which mentions of the name in
+    # docstrings, strings and comments it renamed (`check.same_rename`).
+    right: bool = False
 
     @property
     def wrong_success(self) -> bool:
-        """Reported as a success (written without --force) and not the exact answer."""
-        return self.status == "ok" and not self.exact
+        """Reported as a success (written without --force) and not a right answer."""
+        return self.status == "ok" and not self.right
 
 
 def evaluate_edits(engine: Engine, examples: Sequence[Example], scope: str, retries: int | None = None) -> list[EditOutcome]:
@@ -185,11 +189,14 @@ def evaluate_edits(engine: Engine, examples: Sequence[Example], scope: str, retr
             continue
         refusal = result.refusal()
         attempts = sum(r["attempts"] for r in result.regions) if result.regions else 1
+        exact = result.new_text == example.after
+        intent = parse_intent(example.instruction, example.update)
+        right = exact or (isinstance(intent, Rename) and same_rename(example.after, result.new_text, intent.old, intent.new))
         outcomes.append(EditOutcome(
-            example.path, len(example.before.splitlines()), result.new_text == example.after,
+            example.path, len(example.before.splitlines()), exact,
             "ok" if refusal is None else f"refused: {refusal.exit_code}", result.check.ok,
             time.perf_counter() - started, attempts, result.stats.completion_tokens, engine.count_tokens(example.before),
-            first_try=all(r["attempts"] == 1 for r in result.regions),
+            first_try=all(r["attempts"] == 1 for r in result.regions), right=right,
         ))
     return outcomes
 
