@@ -2,7 +2,7 @@
 
 from math import comb
 
-from hsedit.train.finetune.shipping import ALPHA, compare, sign_test, verdict
+from hsedit.train.finetune.shipping import ALPHA, WHOLE_FILE_GUARD, compare, kept_whole, sign_test, verdict
 
 
 def test_sign_test_is_the_exact_binomial_tail():
@@ -40,3 +40,19 @@ def test_a_kind_worse_beyond_its_noise_blocks_shipping_however_good_the_rest():
     # One loss in a kind is noise, not a regression.
     kinds, total = compare({"rename": pairs_of(30, 0, neither=10), "delete": pairs_of(0, 1, neither=39)})
     assert verdict(kinds, total)[0]
+
+
+def test_a_candidate_that_no_longer_answers_whole_files_does_not_ship_however_good_on_regions():
+    regions = {"rename": pairs_of(30, 0, neither=10)}
+    kinds, total = compare(regions, {WHOLE_FILE_GUARD: pairs_of(0, 10, both=2)})
+    assert (total.n, total.wins, total.losses) == (40, 30, 0)  # the guard is not in the score
+    ships, why = verdict(kinds, total)
+    assert not ships and WHOLE_FILE_GUARD in why
+    kinds, total = compare(regions, {WHOLE_FILE_GUARD: pairs_of(1, 1, both=10)})
+    assert verdict(kinds, total)[0]
+
+
+def test_a_whole_file_answer_is_whole_when_not_cut_off_and_its_unchanged_lines_came_back():
+    assert kept_whole(cut_off=False, unchanged_kept=1.0) and kept_whole(cut_off=False, unchanged_kept=0.95)
+    assert not kept_whole(cut_off=False, unchanged_kept=0.1)  # the first unit, then the fence closed
+    assert not kept_whole(cut_off=True, unchanged_kept=0.99)

@@ -134,27 +134,33 @@ def finetune_compare(
     adapter: Annotated[Path, typer.Argument(help="The candidate LoRA adapter directory.")],
     shipped: Annotated[Optional[Path], typer.Option(help="The adapter to beat (default: the shipped one).")] = None,
     data: Annotated[Optional[Path], typer.Option(help="Held-out examples (default: the shipped held-out regions).")] = None,
+    whole_files_per_kind: Annotated[int, typer.Option(help="Held-out whole files a kind on which the candidate must still answer the whole file (0: none).", min=0)] = 1,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """The shipping rule: both adapters on the same held-out regions, paired; exit 0 when the
-    candidate ships (better overall with 95% confidence, no kind worse beyond its noise), else 1."""
+    candidate ships (better overall with 95% confidence, no kind worse beyond its noise, whole
+    files still answered whole), else 1."""
     from hsedit.engine.engine import EngineOptions, shared_engine
     from hsedit.engine.provision import DEFAULT_ADAPTER, convert_gguf, default_gguf, merged_model
-    from hsedit.train.finetune.dataset import HELDOUT_REGIONS, load
+    from hsedit.train.finetune.dataset import HELDOUT_FILES, HELDOUT_REGIONS, load
     from hsedit.train.finetune.evaluate import evaluate_cached
-    from hsedit.train.finetune.shipping import compare, verdict
+    from hsedit.train.finetune.shipping import WHOLE_FILE_GUARD, compare, kept_whole, verdict
 
     examples = load(data or HELDOUT_REGIONS, split=None if data else "eval")
+    whole_files = load(HELDOUT_FILES, split="eval", per_kind=whole_files_per_kind) if whole_files_per_kind else []
     base = convert_gguf(default_gguf())
-    results = {}
+    results, whole = {}, {}
     for name, directory in (("shipped", shipped or DEFAULT_ADAPTER), ("candidate", adapter)):
         model = str(merged_model(base, Path(directory)))
         options = EngineOptions(model=model, drafter=COPY)
         results[name] = evaluate_cached(lambda o=options: shared_engine(o), model, examples, options.resolved_dtype)
+        whole[name] = evaluate_cached(lambda o=options: shared_engine(o), model, whole_files, options.resolved_dtype)
     pairs: dict[str, list[tuple[bool, bool]]] = {}
     for example, old, new in zip(examples, results["shipped"], results["candidate"]):
         pairs.setdefault(example.kind, []).append((old.exact, new.exact))
-    kinds, total = compare(pairs)
+    guard = [(kept_whole(old.cut_off, old.unchanged_kept), kept_whole(new.cut_off, new.unchanged_kept))
+             for old, new in zip(whole["shipped"], whole["candidate"])]
+    kinds, total = compare(pairs, {WHOLE_FILE_GUARD: guard} if guard else None)
     ships, why = verdict(kinds, total)
     should_change = [k for k, e in enumerate(examples) if e.before != e.after]
     rates = {name: {"exact": sum(s.exact for s in scores) / len(scores),
@@ -169,7 +175,8 @@ def finetune_compare(
             typer.echo(f"{name:9} exact {rate['exact']:.1%} · answered unchanged {rate['answered_unchanged']:.1%} "
                        f"of the should-change · cut off {rate['cut_off']:.1%}")
         for k in [*kinds, total]:
-            typer.echo(f"{k.kind:20} n={k.n:3}  exact {k.shipped_exact:3} -> {k.candidate_exact:3}  "
+            typer.echo(f"{k.kind:20} n={k.n:3}  {'kept' if k.kind == WHOLE_FILE_GUARD else 'exact'} "
+                       f"{k.shipped_exact:3} -> {k.candidate_exact:3}  "
                        f"+{k.wins} -{k.losses}  p_better {k.p_better:.3f}  p_worse {k.p_worse:.3f}"
                        + ("  WORSE" if k.worse else ""))
         typer.echo(("ships: " if ships else "does not ship: ") + why)

@@ -211,6 +211,8 @@ def evaluate_cached(engine_for, model_dir: str, examples: Sequence[Example], dty
 
     from hsedit.engine.provision import cache_dir
 
+    if not examples:
+        return []
     digest = hashlib.sha256(json.dumps([e.__dict__ for e in examples], sort_keys=True).encode()).hexdigest()[:12]
     path = cache_dir() / "eval" / f"{Path(model_dir).name}-{dtype}-{digest}.json"
     if path.is_file():

@@ -12,6 +12,13 @@ small counts), so
 i.e. better overall with 95% confidence, and no kind worse beyond what chance makes of its own
 discordant pairs. With 40 examples a kind, one example moves a kind by 2.5 points; a kind is
 called worse only when its losses are too many to be luck.
+
+Regions alone cannot see a model that no longer rewrites a whole file (an adapter trained on
+regions only answered a whole file with its first unit), and whole files are still what free-form
+edits, other languages and files that do not parse are sent as. So one more kind, `whole files
+kept`, pairs both adapters on a few held-out whole files on whether the answer is whole (not cut
+off, and at least `WHOLE_KEPT` of the lines the edit leaves come back): it blocks shipping when
+worse beyond its noise, as any kind does, and does not count towards the overall score.
 """
 
 from __future__ import annotations
@@ -21,6 +28,13 @@ from dataclasses import dataclass
 from math import comb
 
 ALPHA = 0.05
+WHOLE_KEPT = 0.9
+WHOLE_FILE_GUARD = "whole files kept"
+
+
+def kept_whole(cut_off: bool, unchanged_kept: float) -> bool:
+    """A whole-file answer that is the whole file: not cut off, the unchanged lines mostly there."""
+    return not cut_off and unchanged_kept >= WHOLE_KEPT
 
 
 def sign_test(successes: int, failures: int) -> float:
@@ -61,19 +75,24 @@ class KindComparison:
         }
 
 
-def compare(pairs: Mapping[str, Sequence[tuple[bool, bool]]]) -> tuple[list[KindComparison], KindComparison]:
-    """Per kind and overall, from (shipped exact, candidate exact) pairs of the same examples."""
-    kinds = []
-    for kind, kind_pairs in sorted(pairs.items()):
-        kinds.append(KindComparison(
-            kind, len(kind_pairs), sum(a for a, _ in kind_pairs), sum(b for _, b in kind_pairs),
-            sum(b and not a for a, b in kind_pairs), sum(a and not b for a, b in kind_pairs),
-        ))
+def _paired(kind: str, pairs: Sequence[tuple[bool, bool]]) -> KindComparison:
+    return KindComparison(
+        kind, len(pairs), sum(a for a, _ in pairs), sum(b for _, b in pairs),
+        sum(b and not a for a, b in pairs), sum(a and not b for a, b in pairs),
+    )
+
+
+def compare(
+    pairs: Mapping[str, Sequence[tuple[bool, bool]]], guards: Mapping[str, Sequence[tuple[bool, bool]]] | None = None
+) -> tuple[list[KindComparison], KindComparison]:
+    """Per kind and overall, from (shipped exact, candidate exact) pairs of the same examples;
+    `guards` are kinds paired on another property, listed with the kinds but not in the total."""
+    kinds = [_paired(kind, kind_pairs) for kind, kind_pairs in sorted(pairs.items())]
     total = KindComparison(
         "all", sum(k.n for k in kinds), sum(k.shipped_exact for k in kinds), sum(k.candidate_exact for k in kinds),
         sum(k.wins for k in kinds), sum(k.losses for k in kinds),
     )
-    return kinds, total
+    return kinds + [_paired(kind, kind_pairs) for kind, kind_pairs in (guards or {}).items()], total
 
 
 def verdict(kinds: Sequence[KindComparison], total: KindComparison) -> tuple[bool, str]:
