@@ -134,7 +134,7 @@ def finetune_compare(
     adapter: Annotated[Path, typer.Argument(help="The candidate LoRA adapter directory.")],
     shipped: Annotated[Optional[Path], typer.Option(help="The adapter to beat (default: the shipped one).")] = None,
     data: Annotated[Optional[Path], typer.Option(help="Held-out examples (default: the shipped held-out regions).")] = None,
-    whole_files_per_kind: Annotated[int, typer.Option(help="Held-out whole files a kind on which the candidate must still answer the whole file (0: none).", min=0)] = 1,
+    whole_files_per_kind: Annotated[int, typer.Option(help="Held-out whole files a kind on which the candidate must still answer the whole file (0: none).", min=0)] = 3,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """The shipping rule: both adapters on the same held-out regions, paired; exit 0 when the
