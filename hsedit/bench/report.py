@@ -48,7 +48,7 @@ class Cell:
     # time until every group's first token (prefill, mostly), both summed over runs.
     limit_seconds: float = 0.0
     prefill_seconds: float = 0.0
-    processed_tokens: int = 0  # prompt + answer tokens the target ran (its work, whatever the drafts)
+    processed_tokens: int = 0  # prompt (less the prefix cache's) + answer tokens the target ran, whatever the drafts
     machine_seconds: float = 0.0  # those tokens at the machine's measured peak (set by run_bench)
 
     @property

@@ -162,7 +162,7 @@ def run_group(
 def _count(cell: Cell, result: Generation) -> None:
     stats = result.stats
     cell.tokens += stats.completion_tokens
-    cell.processed_tokens += stats.prompt_tokens + stats.completion_tokens
+    cell.processed_tokens += stats.prompt_tokens - stats.cached_prompt_tokens + stats.completion_tokens
     cell.request_steps += len(stats.steps)
     cell.drafted.update(stats.drafted)
     cell.accepted.update(stats.accepted)

@@ -298,6 +298,8 @@ class Engine:
         step = self._attribute(item, new_ids)
         sources = step.token_sources()
         item.stats.record(step, now)
+        if getattr(output, "num_cached_tokens", None):
+            item.stats.cached_prompt_tokens = int(output.num_cached_tokens)
         pieces: list[tuple[str, str]] = []
         for source, run in itertools.groupby(zip(new_ids, sources), key=lambda pair: pair[1]):
             text = item.text.push([token for token, _ in run])

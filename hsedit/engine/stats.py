@@ -11,6 +11,8 @@ from hsedit.drafting.chain import TARGET, VLLM_BUILTINS, StepRecord
 @dataclass
 class RequestStats:
     prompt_tokens: int = 0
+    # Prompt tokens vLLM's prefix cache served: the target did not run them.
+    cached_prompt_tokens: int = 0
     steps: list[StepRecord] = field(default_factory=list)
     started_at: float = 0.0
     first_token_at: float | None = None
