@@ -298,8 +298,6 @@ class Engine:
         step = self._attribute(item, new_ids)
         sources = step.token_sources()
         item.stats.record(step, now)
-        if getattr(output, "num_cached_tokens", None):
-            item.stats.cached_prompt_tokens = int(output.num_cached_tokens)
         pieces: list[tuple[str, str]] = []
         for source, run in itertools.groupby(zip(new_ids, sources), key=lambda pair: pair[1]):
             text = item.text.push([token for token, _ in run])
@@ -309,6 +307,7 @@ class Engine:
             item.stats.finished_at = now
             item.stats.finish_reason = completion.finish_reason
             item.stats.engine_reported = reported_spec_counts(completion)
+            item.stats.cached_prompt_tokens = int(getattr(output, "num_cached_tokens", None) or 0)
             tail = item.text.flush()
             if tail:
                 pieces.append((tail, sources[-1] if sources else TARGET))
