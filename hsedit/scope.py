@@ -122,10 +122,12 @@ def generate_edits(
     on_step: Callable[[StepEvent], None] | None = None,
     max_deletion: float = DEFAULT_MAX_DELETION,
     retries: int = RETRIES,
+    sampled_retries: bool = True,
 ) -> Iterator[tuple[int, EditResult | HseditError]]:
     """Each job's result (or the error that stopped it) with its position in `jobs`, as each
     finishes. Every request of every job runs in the runner's batch (`max_in_flight` requests at
-    once); regions that must be asked again run in later rounds."""
+    once); regions that must be asked again run in later rounds (`sampled_retries=False`: only
+    as their smaller units, never the same question sampled)."""
     plans: dict[int, EditPlan] = {}
     sent: list[tuple[int, Part]] = []  # by request position in the current round
     waiting: list[tuple[int, Part]] = []  # parts to ask again next round
@@ -182,6 +184,10 @@ def generate_edits(
         # question asked again has the same greedy answer: sampled (on CPU, undrafted).
         fresh = [(i, p) for i, p in again if p.generated is None]
         repeated = [(i, p) for i, p in again if p.generated is not None]
+        if not sampled_retries:
+            for _, part in repeated:
+                part.answered, part.final = True, True
+            repeated = []
         for group, sampled in ((fresh, False), (repeated, True)):
             if group:
                 yield from run(round_of(group), sampled, round_number)
@@ -342,11 +348,13 @@ def run_edit(
     on_step: Callable[[StepEvent], None] | None = None,
     max_deletion: float = DEFAULT_MAX_DELETION,
     retries: int = RETRIES,
+    sampled_retries: bool = True,
 ) -> EditResult:
     """One edit, its regions in one batch: the result, or the error that stopped it (raised)."""
     ((_, result),) = generate_edits(
         runner, [job], scope=scope, max_tokens=max_tokens, temperature=temperature, seed=seed,
         max_in_flight=MAX_IN_FLIGHT, on_step=on_step, max_deletion=max_deletion, retries=retries,
+        sampled_retries=sampled_retries,
     )
     if isinstance(result, HseditError):
         raise result

@@ -90,6 +90,7 @@ def finetune_eval(
     renames: Annotated[Optional[str], typer.Option(help="small or large: the held-out renames in real files, each run end to end as `hsedit apply` runs it (--scope decides how).")] = None,
     scope: Annotated[str, typer.Option(help="With --renames: auto, file or regions.")] = "auto",
     retries: Annotated[Optional[int], typer.Option(help="With --renames: region retries (default: apply's).", min=0)] = None,
+    sampled_retries: Annotated[bool, typer.Option(help="With --renames: a region asked again as it was is sampled (else only its smaller units are asked).")] = True,
     limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N per kind.", min=1)] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -105,11 +106,12 @@ def finetune_eval(
     if renames is not None:
         if renames not in HELDOUT_RENAMES:
             raise UsageError(f"--renames takes {' or '.join(HELDOUT_RENAMES)}, not {renames!r}")
-        outcomes = evaluate_edits(engine, load(HELDOUT_RENAMES[renames])[:limit], check_scope(scope), retries)
+        outcomes = evaluate_edits(engine, load(HELDOUT_RENAMES[renames])[:limit], check_scope(scope), retries,
+                                  sampled_retries)
         for o in outcomes:
             typer.echo(json.dumps(o.__dict__ | {"wrong_success": o.wrong_success}))
         typer.echo(json.dumps({
-            "renames": renames, "scope": scope, "n": len(outcomes), "exact": sum(o.exact for o in outcomes),
+            "renames": renames, "scope": scope, "sampled_retries": sampled_retries, "n": len(outcomes), "exact": sum(o.exact for o in outcomes),
             "right": sum(o.right for o in outcomes),
             "written": sum(o.status == "ok" for o in outcomes), "wrong_success": sum(o.wrong_success for o in outcomes),
             "refused_for_size": sum(o.status == "refused: 4" for o in outcomes),

@@ -166,7 +166,8 @@ class EditOutcome:
         return self.status == "ok" and not self.right
 
 
-def evaluate_edits(engine: Engine, examples: Sequence[Example], scope: str, retries: int | None = None) -> list[EditOutcome]:
+def evaluate_edits(engine: Engine, examples: Sequence[Example], scope: str, retries: int | None = None,
+                   sampled_retries: bool = True) -> list[EditOutcome]:
     """Each example through `hsedit.scope.run_edit`, one at a time (an edit's regions in one batch)."""
     import time
 
@@ -181,7 +182,8 @@ def evaluate_edits(engine: Engine, examples: Sequence[Example], scope: str, retr
                                  example.instruction, example.update)
         started = time.perf_counter()
         try:
-            result = run_edit(runner, job, scope=scope, retries=RETRIES if retries is None else retries)
+            result = run_edit(runner, job, scope=scope, retries=RETRIES if retries is None else retries,
+                              sampled_retries=sampled_retries)
         except HseditError as error:
             outcomes.append(EditOutcome(example.path, len(example.before.splitlines()), False,
                                         f"refused: {error.exit_code}", None, time.perf_counter() - started, 0, 0,
