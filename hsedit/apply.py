@@ -45,6 +45,9 @@ class EditJob:
     instruction: str
     prompt: ApplyPrompt
     update: str | None = None  # a lazy-snippet merge's snippet (then `instruction` may be empty)
+    # fixes this job's sampling in place of the batch's seed: copies of one question asked at
+    # once need seeds of their own
+    seed: int | None = None
 
     @classmethod
     def for_source(cls, source: SourceFile, display_path: str, instruction: str, update: str | None = None) -> EditJob:
@@ -198,7 +201,8 @@ class EmbeddedRunner:
         def requests() -> Iterator[GenerationRequest]:
             for index, job in enumerate(jobs):
                 try:
-                    request = edit_request(self.engine, job, max_tokens=max_tokens, temperature=temperature, seed=seed)
+                    request = edit_request(self.engine, job, max_tokens=max_tokens, temperature=temperature,
+                                           seed=seed if job.seed is None else job.seed)
                 except HseditError as error:
                     refused.append(GeneratedEdit(index, None, None, error))
                     continue

@@ -49,27 +49,27 @@ EXIT_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in 
 
 DrafterOption = Annotated[
     Optional[str],
-    typer.Option(help="Drafter: hybrid (copy + model, chosen per request by price; the default), copy (from the file: n-gram lookup; `ngram` also works), dspark (model), none, vllm-ngram, vllm-suffix. Also HSEDIT_DRAFTER or [tool.hsedit] drafter."),
+    typer.Option(help="Drafter: hybrid (copy + model, chosen per request by price; the default), copy (from the file: n-gram lookup; `ngram` also works), dspark (model), none, vllm-ngram, vllm-suffix. Also HSEDIT_DRAFTER or \\[tool.hsedit] drafter."),
 ]
 MaxDeletionOption = Annotated[
     Optional[float],
-    typer.Option(min=0.0, max=1.0, help="Write guard: refuse an answer shorter than the file by more than this share of its lines unless the instruction asks to delete (default 0.5; [tool.hsedit] max_deletion)."),
+    typer.Option(min=0.0, max=1.0, help="Write guard: refuse an answer shorter than the file by more than this share of its lines unless the instruction asks to delete (default 0.5; \\[tool.hsedit] max_deletion)."),
 ]
 ServerOption = Annotated[
     Optional[str],
-    typer.Option(help="Edit on a running `hsedit serve` at this URL instead of starting an engine (also HSEDIT_SERVER or [tool.hsedit] server; the key from HSEDIT_API_KEY)."),
+    typer.Option(help="Edit on a running `hsedit serve` at this URL instead of starting an engine (also HSEDIT_SERVER or \\[tool.hsedit] server; the key from HSEDIT_API_KEY)."),
 ]
 DtypeOption = Annotated[
     Optional[str],
-    typer.Option(help="The model's dtype: auto (bf16 where the hardware computes it natively: a GPU, a CPU with AVX512-BF16 or AMX; else float32; the default), bfloat16 or float32. Also HSEDIT_DTYPE or [tool.hsedit] dtype."),
+    typer.Option(help="The model's dtype: auto (bf16 where the hardware computes it natively: a GPU, a CPU with AVX512-BF16 or AMX; else float32; the default), bfloat16 or float32. Also HSEDIT_DTYPE or \\[tool.hsedit] dtype."),
 ]
 NoDaemonOption = Annotated[
     bool,
-    typer.Option("--no-daemon", help="Start the engine in this process instead of using (or starting) the warm background engine for these settings. Also HSEDIT_DAEMON=0 or [tool.hsedit] daemon = false."),
+    typer.Option("--no-daemon", help="Start the engine in this process instead of using (or starting) the warm background engine for these settings. Also HSEDIT_DAEMON=0 or \\[tool.hsedit] daemon = false."),
 ]
 ScopeOption = Annotated[
     Optional[str],
-    typer.Option(help="What the model rewrites: regions (only the parts of a Python file the instruction touches, each checked, all in one batch), file (the whole file at once) or auto (regions where the instruction is understood, else the whole file; the default). Also HSEDIT_SCOPE or [tool.hsedit] scope."),
+    typer.Option(help="What the model rewrites: regions (only the parts of a Python file the instruction touches, each checked, all in one batch), file (the whole file at once) or auto (regions where the instruction is understood, else the whole file; the default). Also HSEDIT_SCOPE or \\[tool.hsedit] scope."),
 ]
 DsparkOption = Annotated[
     Optional[str],
@@ -273,7 +273,7 @@ def batch(
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs --api-key.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8421,
-    model: Annotated[Optional[str], typer.Option(help="As for apply (also HSEDIT_MODEL or [tool.hsedit] model).")] = None,
+    model: Annotated[Optional[str], typer.Option(help="As for apply (also HSEDIT_MODEL or \\[tool.hsedit] model).")] = None,
     drafter: DrafterOption = None,
     api_key: Annotated[Optional[str], typer.Option(help="Require this key (Authorization: Bearer KEY) on every endpoint but /health; also HSEDIT_API_KEY.")] = None,
     max_queue: Annotated[int, typer.Option(help="Requests held at once (running + waiting); more get 429 with Retry-After.", min=1)] = 64,
@@ -312,7 +312,7 @@ def serve(
 
 register_training_commands(app)
 
-hook_app = typer.Typer(no_args_is_help=True, help="pre-commit hooks (instructions from [tool.hsedit] in pyproject.toml).")
+hook_app = typer.Typer(no_args_is_help=True, help="pre-commit hooks (instructions from \\[tool.hsedit.instructions] in pyproject.toml).")
 app.add_typer(hook_app, name="hook")
 
 

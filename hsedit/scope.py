@@ -33,7 +33,8 @@ from hsedit.engine.stats import RequestStats
 from hsedit.errors import ContextTooLongError, HseditError, OutputTruncatedError, UsageError
 
 # A region whose answer fails its check, is cut off or loses its shape is asked again this many
-# times: first as its single units where it holds several, then sampled.
+# times: first as its single units where it holds several, then sampled (all its sampled
+# attempts in one round).
 RETRIES = 2
 RETRY_TEMPERATURE = 0.7
 # `auto` keeps a free-form edit whole while the file, twice over, fits the default model's context.
@@ -66,6 +67,7 @@ class Part:
     problem: str | None = None  # why the last answer is not usable, or failed its check
     truncated_at: int | None = None
     generated: GeneratedEdit | None = None  # the latest generation (or the runner's refusal)
+    sample: int = 0  # which of a round's sampled copies of its region this is (0: the region itself)
 
     def as_dict(self) -> dict:
         region = self.region
@@ -157,6 +159,22 @@ def generate_edits(
             sent.append((index, part))
             yield part.job
 
+    copies: dict[int, tuple[Part, list[Part]]] = {}  # id(copy) -> (the part it answers for, all its copies)
+
+    def sampled_copies(parts: list[tuple[int, Part]], round_number: int) -> list[tuple[int, Part]]:
+        """Every attempt a repeated part has left, asked at once, each with a seed of its own:
+        on CPU a sampled request runs undrafted, and a batch of them costs little more than one."""
+        out = []
+        for index, part in parts:
+            left = max(1, retries + 1 - part.attempts)
+            base = (seed or 0) + round_number  # the seeds one round a copy would have had
+            group = [replace(part, job=replace(part.job, seed=base + k), stats=[], sample=k, answered=False)
+                     for k in range(left)]
+            for member in group:
+                copies[id(member)] = (part, group)
+            out += [(index, member) for member in group]
+        return out
+
     def run(round_jobs: Iterable[EditJob], sampled: bool, round_number: int):
         sent.clear()
         for done in runner.generate(
@@ -167,6 +185,11 @@ def generate_edits(
             yield from _drain(pending_errors, pending_done, plans, max_deletion)
             index, part = sent[done.index]
             _record(plans[index], part, done)
+            if id(part) in copies:
+                part, group = copies[id(part)]
+                if not all(member.answered for member in group):
+                    continue
+                _adopt(part, group)
             if not part.final and part.attempts <= retries:
                 waiting.append((index, part))
             yield from settle(index)
@@ -188,7 +211,7 @@ def generate_edits(
             for _, part in repeated:
                 part.answered, part.final = True, True
             repeated = []
-        for group, sampled in ((fresh, False), (repeated, True)):
+        for group, sampled in ((fresh, False), (sampled_copies(repeated, round_number), True)):
             if group:
                 yield from run(round_of(group), sampled, round_number)
     for index in list(plans):
@@ -203,6 +226,16 @@ def _drain(errors, done, plans, max_deletion):
         yield index, _finish(plans.pop(index), max_deletion)
 
 
+def _adopt(part: Part, group: list[Part]) -> None:
+    """A repeated part takes the first of its sampled copies that passed (else the last one),
+    with every copy's attempt and cost counted."""
+    chosen = next((c for c in group if c.final and c.problem is None and c.generated.error is None), group[-1])
+    for name in ("answered", "final", "new_own", "verdict", "problem", "truncated_at", "generated"):
+        setattr(part, name, getattr(chosen, name))
+    part.attempts += len(group)
+    part.stats += [s for c in group for s in c.stats]
+
+
 def _keyed(on_step, sent):
     """Step events keyed by (job position, region label) for the live view."""
     if on_step is None:
@@ -210,7 +243,8 @@ def _keyed(on_step, sent):
 
     def forward(event: StepEvent) -> None:
         index, part = sent[event.key]
-        on_step(replace(event, key=(index, part.region.label if part.region else "")))
+        label = part.region.label if part.region else ""
+        on_step(replace(event, key=(index, f"{label} (sample {part.sample + 1})" if part.sample else label)))
 
     return forward
 

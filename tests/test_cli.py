@@ -56,6 +56,13 @@ def workdir(tmp_path, monkeypatch):
 
 
 # -- refusals before any model runs ---------------------------------------------------------
+def test_help_names_the_config_tables():
+    """Typer reads help as rich markup, where `[tool.hsedit]` is a tag that vanishes unescaped."""
+    apply_help = runner.invoke(app, ["apply", "--help"], env={"COLUMNS": "400"}).output
+    assert "[tool.hsedit] drafter" in apply_help and "[tool.hsedit] max_deletion" in apply_help
+    assert "[tool.hsedit.instructions]" in runner.invoke(app, ["hook", "--help"], env={"COLUMNS": "400"}).output
+
+
 def test_missing_file(workdir):
     result = run("nope.py", RENAME)
     assert result.exit_code == 3 and "no such file: nope.py" in result.output

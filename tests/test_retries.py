@@ -1,6 +1,7 @@
 """The rounds of a region edit: which failed regions are asked again, and how. The runner here
-answers every request with the region it was shown, unchanged, so every rename region fails its
-check; what is under test is the round logic of hsedit/scope.py, not the model."""
+answers every request with the region it was shown, unchanged (so every rename region fails its
+check), or renamed for the seeds it is told to; what is under test is the round logic of
+hsedit/scope.py, not the model."""
 
 from pathlib import Path
 
@@ -18,25 +19,31 @@ SOURCE = "".join(
 
 
 class UnchangedAnswers:
-    """An EditRunner whose every answer is the shown region as it was; it records each round."""
+    """An EditRunner whose every answer is the shown region as it was, except for a job sampled
+    with one of `renaming_seeds`: that one renames `total_0`. It records each round."""
 
-    def __init__(self) -> None:
+    def __init__(self, renaming_seeds: tuple[int, ...] = ()) -> None:
+        self.renaming_seeds = renaming_seeds
         self.rounds: list[tuple[float, int]] = []  # (temperature, requests) per generate call
+        self.seeds: list[list[int | None]] = []  # each round's seeds, job by job
 
     def generate(self, jobs, *, max_tokens=None, temperature=0.0, seed=None, max_in_flight=1, on_step=None):
         jobs = list(jobs)
         self.rounds.append((temperature, len(jobs)))
+        self.seeds.append([seed if job.seed is None else job.seed for job in jobs])
         for index, job in enumerate(jobs):
             stats = RequestStats(prompt_tokens=1)
             stats.finish_reason = "stop"
             text = job.source.text.removesuffix("\n") + "\n"
+            if temperature > 0 and self.seeds[-1][index] in self.renaming_seeds:
+                text = text.replace("total_0", "first_total")
             yield GeneratedEdit(index, GenerationRequest(prompt="", max_tokens=max_tokens or 256, temperature=temperature),
                                 Generation(text=text.removesuffix(FENCE_STOP), stats=stats))
 
 
-def run(sampled_retries: bool):
-    runner = UnchangedAnswers()
-    job = EditJob.for_source(SourceFile.from_text(Path("steps.py"), SOURCE), "steps.py", "rename total_0 to first_total")
+def run(sampled_retries: bool, source: str = SOURCE, runner: UnchangedAnswers | None = None):
+    runner = runner or UnchangedAnswers()
+    job = EditJob.for_source(SourceFile.from_text(Path("steps.py"), source), "steps.py", "rename total_0 to first_total")
     ((_, result),) = generate_edits(runner, [job], scope="regions", sampled_retries=sampled_retries)
     return runner.rounds, result
 
@@ -52,3 +59,26 @@ def test_without_sampled_retries_only_the_units_are_asked_again():
     assert rounds == [(0.0, 1), (0.0, 2)]
     assert result.refusal() is not None and result.refusal().exit_code == 11
     assert [r["attempts"] for r in result.regions] == [2, 2]
+
+
+# One function: a region of one unit, so both its retries are sampled.
+ONE_UNIT = SOURCE.split("\n\n\n")[0] + "\n"
+
+
+def test_a_single_unit_asks_all_its_sampled_attempts_in_one_round():
+    runner = UnchangedAnswers()
+    rounds, result = run(True, ONE_UNIT, runner)
+    assert rounds == [(0.0, 1), (RETRY_TEMPERATURE, 2)]
+    assert len(set(runner.seeds[1])) == 2  # two samples, not the same one twice
+    assert result.refusal() is not None and result.refusal().exit_code == 11
+    assert [r["attempts"] for r in result.regions] == [3]
+
+
+def test_the_sampled_copy_that_passes_is_the_answer():
+    probe = UnchangedAnswers()
+    run(True, ONE_UNIT, probe)
+    runner = UnchangedAnswers(renaming_seeds=(probe.seeds[1][1],))  # only the second copy renames
+    rounds, result = run(True, ONE_UNIT, runner)
+    assert result.refusal() is None
+    assert "first_total" in result.new_text and "total_0" not in result.new_text
+    assert [r["attempts"] for r in result.regions] == [3]
