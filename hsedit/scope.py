@@ -167,7 +167,7 @@ def generate_edits(
         out = []
         for index, part in parts:
             left = max(1, retries + 1 - part.attempts)
-            base = (seed or 0) + round_number  # the seeds one round a copy would have had
+            base = (seed or 0) + round_number  # copy k samples as the k-th later round would have
             group = [replace(part, job=replace(part.job, seed=base + k), stats=[], sample=k, answered=False)
                      for k in range(left)]
             for member in group:
