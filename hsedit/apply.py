@@ -49,6 +49,10 @@ class EditJob:
     # once need seeds of their own
     seed: int | None = None
 
+    def seed_in(self, batch_seed: int | None) -> int | None:
+        """The seed this job samples with in a batch given `batch_seed`."""
+        return batch_seed if self.seed is None else self.seed
+
     @classmethod
     def for_source(cls, source: SourceFile, display_path: str, instruction: str, update: str | None = None) -> EditJob:
         prompt = ApplyPrompt.build(display_path, source.text, instruction, update)
@@ -202,7 +206,7 @@ class EmbeddedRunner:
             for index, job in enumerate(jobs):
                 try:
                     request = edit_request(self.engine, job, max_tokens=max_tokens, temperature=temperature,
-                                           seed=seed if job.seed is None else job.seed)
+                                           seed=job.seed_in(seed))
                 except HseditError as error:
                     refused.append(GeneratedEdit(index, None, None, error))
                     continue

@@ -182,7 +182,7 @@ class ServerRunner:
                     body = parse(ApplyRequest, {
                         "path": job.display_path, "code": job.source.text, "instruction": job.instruction,
                         "update": job.update, "max_tokens": max_tokens, "temperature": temperature,
-                        "seed": seed if job.seed is None else job.seed,
+                        "seed": job.seed_in(seed),
                     })
                 except BadRequest as error:  # this edit fails as the server would fail it, the others go on
                     inbox.put(("done", GeneratedEdit(index, None, None, UsageError(str(error)))))

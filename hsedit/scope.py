@@ -166,7 +166,7 @@ def generate_edits(
         on CPU a sampled request runs undrafted, and a batch of them costs little more than one."""
         out = []
         for index, part in parts:
-            left = max(1, retries + 1 - part.attempts)
+            left = retries + 1 - part.attempts  # >= 1: a part is asked again only with attempts left
             base = (seed or 0) + round_number  # copy k samples as the k-th later round would have
             group = [replace(part, job=replace(part.job, seed=base + k), stats=[], sample=k, answered=False)
                      for k in range(left)]
@@ -175,12 +175,12 @@ def generate_edits(
             out += [(index, member) for member in group]
         return out
 
-    def run(round_jobs: Iterable[EditJob], sampled: bool, round_number: int):
+    def run(round_jobs: Iterable[EditJob], sampled: bool):
         sent.clear()
         for done in runner.generate(
             round_jobs, max_tokens=max_tokens, max_in_flight=max_in_flight, on_step=_keyed(on_step, sent),
             temperature=RETRY_TEMPERATURE if sampled and temperature == 0 else temperature,
-            seed=(seed or 0) + round_number if sampled else seed,
+            seed=seed,  # a sampled round's jobs are copies, each with its own seed
         ):
             yield from _drain(pending_errors, pending_done, plans, max_deletion)
             index, part = sent[done.index]
@@ -197,7 +197,7 @@ def generate_edits(
 
     pending_errors: list[tuple[int, HseditError]] = []
     pending_done: list[int] = []
-    yield from run(first_round(), False, 0)
+    yield from run(first_round(), False)
     round_number = 0
     while waiting:
         again = _retry_parts(plans, waiting)
@@ -213,7 +213,7 @@ def generate_edits(
             repeated = []
         for group, sampled in ((fresh, False), (sampled_copies(repeated, round_number), True)):
             if group:
-                yield from run(round_of(group), sampled, round_number)
+                yield from run(round_of(group), sampled)
     for index in list(plans):
         yield index, _finish(plans.pop(index), max_deletion)
 

@@ -30,7 +30,7 @@ class UnchangedAnswers:
     def generate(self, jobs, *, max_tokens=None, temperature=0.0, seed=None, max_in_flight=1, on_step=None):
         jobs = list(jobs)
         self.rounds.append((temperature, len(jobs)))
-        self.seeds.append([seed if job.seed is None else job.seed for job in jobs])
+        self.seeds.append([job.seed_in(seed) for job in jobs])
         for index, job in enumerate(jobs):
             stats = RequestStats(prompt_tokens=1)
             stats.finish_reason = "stop"
