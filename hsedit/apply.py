@@ -146,9 +146,10 @@ def edit_request(
     # the answer repeats the file, and a little room beyond it keeps a near-full context useful
     room = engine.answer_room(prompt_ids, file_tokens + 16, f"{job.display_path} is too long for the model's context")
     budget = max_tokens or int(file_tokens * ANSWER_GROWTH) + ANSWER_SLACK_TOKENS
-    return GenerationRequest(
-        prompt_ids, max_tokens=min(budget, room), temperature=temperature, seed=seed, stop=[FENCE_STOP]
-    )
+    # The file is the answer's reference (a Predicted Output): the copy drafter trusts its copies
+    # as an edit's from the first step, where general text's would be cut short.
+    return GenerationRequest(prompt_ids, max_tokens=min(budget, room), temperature=temperature, seed=seed,
+                             stop=[FENCE_STOP], prediction=job.source.text)
 
 
 @dataclass

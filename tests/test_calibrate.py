@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from hsedit.cli import app
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
-from hsedit.train.calibrate import calibrate, split_prompts, verified_copy_chains
+from hsedit.train.calibrate import EditPrompt, calibrate, split_prompts, verified_copy_chains
 
 runner = CliRunner()
 
@@ -35,12 +35,18 @@ def test_chains_carry_features_and_verification(copy_engine):
 def test_calibrate_fits_and_reports_on_general_and_edit_data(copy_engine, tmp_path):
     general = [f"Write a Python function number {i} that returns the sum of a list, with a docstring." for i in range(12)]
     general += ["Repeat the word 'alpha beta gamma delta' five times.", "List the days of the week twice."]
-    edit = [copy_engine.chat_prompt("Repeat this code exactly:\n```python\nx = [1, 2, 3]\nprint(sum(x))\n```")]
+    codes = [f"values_{i} = [1, 2, 3, {i}]\ntotal_{i} = sum(values_{i})\nprint(total_{i}, len(values_{i}))\n" for i in range(10)]
+    edit = [EditPrompt(copy_engine.chat_prompt("Repeat this code exactly:\n```python\n" + code + "```"), code)
+            for code in codes]
     model, report = calibrate(copy_engine, general, edit, "embedded", log=lambda _: None)
     assert isinstance(model, CopyAcceptanceModel) and len(model.coefficients) == 6
-    for part in ("fit", "heldout_general", "edits_never_fit"):
+    for part in ("fit", "heldout_general", "edits_fit_shift", "heldout_edits"):
         scores = report[part]
         assert scores["positions"] > 0 and 0 <= scores["ece"] <= 1
+    # Repeating code copies it: fit on the edits' copies, the shift makes them likelier, and
+    # scores the held-out edits better than the general-text coefficients alone.
+    assert model.reference_offset == report["reference_offset"] > 0
+    assert report["heldout_edits"]["log_loss"] < report["heldout_edits_unshifted"]["log_loss"]
     # Better than the best constant guess (the acceptance rate itself) on the data it was fit to:
     # the features carry information beyond the base rate.
     rate = report["fit"]["accepted_rate"]

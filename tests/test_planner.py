@@ -195,6 +195,35 @@ def test_new_requests_start_from_what_finished_requests_learnt_about_copies():
     assert planner._states["b"].copy_offset.value == pytest.approx(0.2 * learnt)
 
 
+def test_a_request_with_a_reference_starts_from_the_fitted_shift_and_learns_apart():
+    """An edit (its file as the predicted output) trusts its copies from the first step, and what
+    finished edits learnt moves only the next edit's start, never a chat request's."""
+    from dataclasses import replace
+
+    from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+
+    shipped = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
+    planner = DraftPlanner(copy_acceptance=replace(shipped, reference_offset=2.0), max_draft=31)
+    text = list(range(1, 41))
+    planner.seed_prediction("edit", text)
+    (edited,) = planner.step([row("edit", text[:6], [text[5]], 31)])
+    (chat,) = planner.step([row("chat", text + text[:6], [text[5]], 31)])  # the same copy, no reference
+    edit_state, chat_state = planner._states["edit"], planner._states["chat"]
+    assert edit_state.copy_offset.value == pytest.approx(2.0) and chat_state.copy_offset.value == 0.0
+    assert edit_state.pending.survival[5] > chat_state.pending.survival[5]
+    # The edit's copy is rejected at its first token: its shift falls, but less than the prior's
+    # evidence (one miss is an edit's change point).
+    emitted = [99]
+    (_,) = planner.step([row("edit", text[:6] + emitted, emitted, 31)])
+    assert 0.5 < planner._states["edit"].copy_offset.value < 2.0
+    learnt = planner._states["edit"].copy_offset.value
+    planner.release("edit")
+    planner.seed_prediction("next edit", text)
+    assert planner._states["next edit"].copy_offset.value == pytest.approx(0.8 * 2.0 + 0.2 * learnt)
+    planner.step([row("next chat", [5, 5, 5], [5])])
+    assert planner._states["next chat"].copy_offset.value == 0.0
+
+
 def test_a_seeded_prediction_is_copied_from_and_survives_a_rebuild():
     planner = DraftPlanner(min_match=3)
     planner.seed_prediction("a", [40, 41, 42, 43, 44, 45])  # the predicted answer, not in the context

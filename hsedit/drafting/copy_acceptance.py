@@ -28,6 +28,10 @@ MAX_OFFSET = 4.0  # a request's logit shift stays within +-MAX_OFFSET
 # The prior on a request's offset weighs as much as this many verified positions at p = 1/2
 # (each adds p(1 - p) <= 1/4 to the curvature): a few steps of the request outweigh it.
 PRIOR_POSITIONS = 2
+# A request with a reference starts from a fitted shift (`reference_offset`) and keeps it against
+# more evidence: an edit's one miss is its change point, after which copying resumes, and with
+# the weak prior that one miss cut its next chains to a few tokens for several steps.
+REFERENCE_PRIOR_POSITIONS = 8
 ADAPT_WINDOW = 256  # the request's latest verified positions its offset is fit on
 FEATURE_NAMES = ("bias", "log_match", "agree", "log1p_extent", "position", "first")
 
@@ -77,6 +81,10 @@ class CopyAcceptanceModel:
     coefficients: tuple[float, ...]  # one per FEATURE_NAMES
     model: str = ""  # the target it was fit for
     fit_on: str = ""  # what data
+    # The logit shift a request with a reference (an edit's file, a Predicted Output) starts from:
+    # its answer repeats that text, so its copies survive far more often than general text's, from
+    # the first step on, before its own offset has seen a chain (fit on edits by `hsedit calibrate`).
+    reference_offset: float = 0.0
 
     def conditional(self, features: CopyFeatures, length: int, offset: float = 0.0) -> np.ndarray:
         """[length] p_k for positions 1..length; `offset` shifts the logit (a request's `RequestOffset`)."""
@@ -86,12 +94,12 @@ class CopyAcceptanceModel:
     def survival(self, features: CopyFeatures, length: int, offset: float = 0.0) -> list[float]:
         return np.cumprod(self.conditional(features, length, offset)).tolist()
 
-    def predict_rows(self, rows: np.ndarray) -> np.ndarray:
-        return 1.0 / (1.0 + np.exp(-(rows @ np.asarray(self.coefficients))))
+    def predict_rows(self, rows: np.ndarray, offset: float = 0.0) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(rows @ np.asarray(self.coefficients) + offset)))
 
     def save(self, path: str | Path) -> None:
         data = {"features": list(FEATURE_NAMES), "coefficients": list(self.coefficients),
-                "model": self.model, "fit_on": self.fit_on}
+                "model": self.model, "fit_on": self.fit_on, "reference_offset": self.reference_offset}
         Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
     @classmethod
@@ -99,7 +107,8 @@ class CopyAcceptanceModel:
         data = json.loads(Path(path).read_text())
         if tuple(data["features"]) != FEATURE_NAMES:
             raise ValueError(f"{path}: coefficients are for features {data['features']}, not {list(FEATURE_NAMES)}")
-        return cls(tuple(float(c) for c in data["coefficients"]), data.get("model", ""), data.get("fit_on", ""))
+        return cls(tuple(float(c) for c in data["coefficients"]), data.get("model", ""), data.get("fit_on", ""),
+                   float(data.get("reference_offset", 0.0)))
 
 
 class RequestOffset:
@@ -115,8 +124,9 @@ class RequestOffset:
     move a request whose copies always survive, and meanwhile the price cuts its chains short.
     Verification outcomes only ever shape later steps, so the output stays exact."""
 
-    def __init__(self, prior: float = 0.0) -> None:
+    def __init__(self, prior: float = 0.0, prior_positions: float = PRIOR_POSITIONS) -> None:
         self.prior = prior
+        self.prior_positions = prior_positions
         self.value = prior
         self._logits: np.ndarray = np.empty(0)  # [n <= ADAPT_WINDOW]
         self._labels: np.ndarray = np.empty(0)  # [n]
@@ -137,13 +147,15 @@ class RequestOffset:
             return self.value
         self._logits = np.concatenate([self._logits, logits])[-ADAPT_WINDOW:]
         self._labels = np.concatenate([self._labels, labels])[-ADAPT_WINDOW:]
-        self.value = map_offset(self._logits, self._labels, self.prior, start=self.value)
+        self.value = map_offset(self._logits, self._labels, self.prior, start=self.value,
+                                prior_positions=self.prior_positions)
         return self.value
 
 
-def map_offset(logits: np.ndarray, labels: np.ndarray, prior: float, start: float | None = None) -> float:
+def map_offset(logits: np.ndarray, labels: np.ndarray, prior: float, start: float | None = None,
+               prior_positions: float = PRIOR_POSITIONS) -> float:
     """The offset o minimising the log-loss of sigmoid(logits + o) plus the prior's quadratic."""
-    weight = PRIOR_POSITIONS / 4
+    weight = prior_positions / 4
     o = prior if start is None else start
     for _ in range(20):
         p = 1.0 / (1.0 + np.exp(-(logits + o)))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hsedit.drafting.chain import DSPARK, MAX_TRACKED_REQUESTS, COPY, PROBE, CopyFeatures, DraftChain, StepRecord
-from hsedit.drafting.copy_acceptance import CopyAcceptanceModel, RequestOffset, VerifiedChain
+from hsedit.drafting.copy_acceptance import REFERENCE_PRIOR_POSITIONS, CopyAcceptanceModel, RequestOffset, VerifiedChain
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
 from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, Alignment, CopyIndex
@@ -123,8 +123,10 @@ class DraftPlanner:
             prior[: len(expected)] = expected
             self._model_mean = prior
         # New requests start from the offsets finished requests learnt: an engine that serves edits
-        # trusts copies from the first step, one that serves chat does not.
+        # trusts copies from the first step, one that serves chat does not. Requests with a
+        # reference (edits) and without (chat) learn apart, the former from the fitted shift.
         self._copy_offset_mean = 0.0
+        self._reference_offset_mean = copy_acceptance.reference_offset if copy_acceptance is not None else 0.0
         self._model_offset_mean = 0.0  # the same for the DSpark confidences' shift
         self.model_drafted = 0  # request-steps the model drafter ran for (the rest it skipped)
         self.model_skipped = 0
@@ -183,6 +185,8 @@ class DraftPlanner:
         state.reference = tuple(int(t) for t in reference)
         state.index.reset()
         state.index.extend(state.reference)
+        if state.reference:
+            state.copy_offset = RequestOffset(self._reference_offset_mean, REFERENCE_PRIOR_POSITIONS)
 
     def time_model_drafter(self, max_requests: int) -> None:
         """Once the model drafter sits on its device: time it for the selector's drafting cost."""
@@ -205,7 +209,10 @@ class DraftPlanner:
         state = self._states.pop(req_id, None)
         if state is not None and state.copy_offset.value != state.copy_offset.prior:
             w = COPY_OFFSET_WEIGHT
-            self._copy_offset_mean = (1 - w) * self._copy_offset_mean + w * state.copy_offset.value
+            if state.reference:
+                self._reference_offset_mean = (1 - w) * self._reference_offset_mean + w * state.copy_offset.value
+            else:
+                self._copy_offset_mean = (1 - w) * self._copy_offset_mean + w * state.copy_offset.value
         if state is not None and state.model_offset.observed:
             w = COPY_OFFSET_WEIGHT
             self._model_offset_mean = (1 - w) * self._model_offset_mean + w * state.model_offset.value

@@ -69,7 +69,6 @@ CACHE_MAX_AGE_S = 7 * 24 * 3600
 # tokens all at 31.7 ms, where an idle profile reads 23.4 to 27.6), and the hybrid then verifies
 # chains up to 8 long as if they cost nothing.
 LOADED_PROFILE_FACTOR = 1.15
-NOW_SAMPLES = 3
 
 
 def cached_table(
@@ -121,9 +120,10 @@ def engine_cost_table(engine: Any) -> CostTable:
 
 
 def _plain_step_now(engine: Any) -> float | None:
-    """The fastest of a few plain steps timed now: noise only ever adds time."""
-    times = [t for t in (_step_seconds(engine, 1, 0) for _ in range(NOW_SAMPLES)) if t is not None]
-    return min(times) if times else None
+    """A plain step timed now, as the table timed it (one request's median step). Once, not the
+    fastest of several: every engine start pays it, and noise only ever makes it slower, which
+    keeps the table."""
+    return _step_seconds(engine, 1, 0)
 
 
 def _cost_key(engine: Any) -> dict:

@@ -189,7 +189,7 @@ def calibrate(
     model: Annotated[Optional[str], typer.Option(help="Target model, as for apply (default: embedded).")] = None,
     prompts: Annotated[Optional[list[Path]], typer.Option(help="General-text prompt files (JSON lines, {\"turns\": [...]}); default: the shared MT-Bench, SWE-bench and HumanEval sets.")] = None,
     limit: Annotated[int, typer.Option(help="General prompts to use.", min=10)] = 200,
-    edits: Annotated[int, typer.Option(help="Held-out edit prompts to score the fit on (never fit).", min=0)] = 40,
+    edits: Annotated[int, typer.Option(help="Held-out edit prompts (of the apply model's eval set): four fifths fit the shift of requests with a reference, the rest score it.", min=0)] = 80,
     out: Annotated[Optional[Path], typer.Option(help="Where to save the coefficients (default: the model's entry in hsedit's cache, which the hybrid drafter reads).")] = None,
 ) -> None:
     """Fit the copy drafter's acceptance model for a target on its own general-text outputs."""
