@@ -142,14 +142,15 @@ def edit_request(
 ) -> GenerationRequest:
     """The generation request for an edit; refuses files that do not fit the context."""
     prompt_ids = engine.tokenizer.encode(job.prompt.render(engine.tokenizer))
-    file_tokens = engine.count_tokens(job.source.text)
+    file_ids = engine.tokenizer.encode(job.source.text)  # its length, and the prediction below
+    file_tokens = len(file_ids)
     # the answer repeats the file, and a little room beyond it keeps a near-full context useful
     room = engine.answer_room(prompt_ids, file_tokens + 16, f"{job.display_path} is too long for the model's context")
     budget = max_tokens or int(file_tokens * ANSWER_GROWTH) + ANSWER_SLACK_TOKENS
     # The file is the answer's reference (a Predicted Output): the copy drafter trusts its copies
     # as an edit's from the first step, where general text's would be cut short.
     return GenerationRequest(prompt_ids, max_tokens=min(budget, room), temperature=temperature, seed=seed,
-                             stop=[FENCE_STOP], prediction=job.source.text)
+                             stop=[FENCE_STOP], prediction=file_ids)
 
 
 @dataclass
