@@ -159,12 +159,12 @@ def test_write_replaces_the_file_with_the_new_text(heldout):
 def test_output_that_does_not_parse_is_not_written(workdir):
     (workdir / "broken.py").write_text(BROKEN)
     # The write guard's deletion limit off: this is about the parse check, whatever the model drops.
-    result = run("broken.py", "rename the function area to rectangle_area", "--write", "--max-deletion", "1")
+    result = run("broken.py", "rename the function perimeter to rectangle_perimeter", "--write", "--max-deletion", "1")
     assert result.exit_code == 6, result.output
     assert "does not parse" in result.stderr and "--force" in result.stderr
     assert result.stdout.startswith("--- a/broken.py")  # the diff is still shown
     assert (workdir / "broken.py").read_text() == BROKEN
-    forced = run("broken.py", "rename the function area to rectangle_area", "--write", "--force")
+    forced = run("broken.py", "rename the function perimeter to rectangle_perimeter", "--write", "--force")
     assert forced.exit_code == 0
     assert (workdir / "broken.py").read_text() != BROKEN
 

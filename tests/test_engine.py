@@ -32,7 +32,7 @@ def test_concurrent_requests_keep_their_own_drafting_state(plain_engine, copy_en
 
 
 def test_every_step_is_accounted_for(copy_engine, prompts):
-    request = GenerationRequest(prompts["repeat code"], max_tokens=200)
+    request = GenerationRequest(prompts["copy-heavy edit"], max_tokens=200)  # its answer runs past 200 tokens
     events = list(copy_engine.stream([request]))
     stats = events[-1].stats
     assert events[-1].finished and sum(e.finished for e in events) == 1

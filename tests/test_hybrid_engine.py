@@ -95,6 +95,8 @@ def chi_square_p_value(a: Counter, b: Counter) -> float:
     common = [k for k in set(a) | set(b) if a[k] + b[k] >= 10]
     rest = (sum(a.values()) - sum(a[k] for k in common), sum(b.values()) - sum(b[k] for k in common))
     table = torch.tensor([[a[k], b[k]] for k in common] + ([list(rest)] if sum(rest) else []), dtype=torch.float64)
+    if table.shape[0] < 2:  # one category: nothing to tell apart
+        return 1.0
     expected = table.sum(1, keepdim=True) * table.sum(0, keepdim=True) / table.sum()
     stat = float(((table - expected) ** 2 / expected).sum())
     dof = (table.shape[0] - 1) * (table.shape[1] - 1)
