@@ -163,7 +163,7 @@ def generate_edits(
 
     def sampled_copies(parts: list[tuple[int, Part]], round_number: int) -> list[tuple[int, Part]]:
         """Every attempt a repeated part has left, asked at once, each with a seed of its own:
-        on CPU a sampled request runs undrafted, and a batch of them costs little more than one."""
+        a batch of them costs little more than one."""
         out = []
         for index, part in parts:
             left = retries + 1 - part.attempts  # >= 1: a part is asked again only with attempts left
@@ -204,7 +204,7 @@ def generate_edits(
         waiting = []
         round_number += 1
         # A region asked again as its smaller units is a new question: greedy, drafted. The same
-        # question asked again has the same greedy answer: sampled (on CPU, undrafted).
+        # question asked again has the same greedy answer: sampled (seeded, drafted).
         fresh = [(i, p) for i, p in again if p.generated is None]
         repeated = [(i, p) for i, p in again if p.generated is not None]
         if not sampled_retries:

@@ -90,9 +90,12 @@ class LiveEdit:
 
 def _exactness(cell) -> str:
     """`yes`: token-identical to plain decoding; `greedy`: some outputs differ, every token
-    within the dtype's tolerance of the top choice; `NO`: a drafter changed an answer."""
+    within the dtype's tolerance of the top choice; `sampled`: some sampled outputs differ (no
+    tolerance measured); `NO`: a drafter changed an answer."""
     if cell.mismatches:
         return f"NO ({len(cell.mismatches)})"
+    if cell.sampled_differs:
+        return f"sampled ({cell.identical}/{cell.outputs} identical)"
     if cell.identical < cell.outputs:
         return f"greedy ({cell.identical}/{cell.outputs} identical)"
     return "yes"
@@ -100,7 +103,8 @@ def _exactness(cell) -> str:
 
 def bench_table(report) -> Table:
     step = f" · plain step {report.plain_step_ms:.0f} ms" if report.plain_step_ms else ""
-    table = Table(title=f"hsedit bench · {report.repeats} round(s), methods interleaved; ratios from this run{step}")
+    sampled = f" · sampled at temperature {report.temperature:g}, seeded" if report.temperature else ""
+    table = Table(title=f"hsedit bench · {report.repeats} round(s), methods interleaved; ratios from this run{step}{sampled}")
     columns = ("workload", "batch", "method", "s/run", "of file", "tok/s", "vs plain", "vs copy", "vs vLLM ngram (best)", "vs dspark",
                "tok/step", "accepted/drafted", "proposer ms/step", "dspark runs", "limit s", "of limit", "of machine", "prefill",
                "exact")

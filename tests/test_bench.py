@@ -106,6 +106,13 @@ def test_a_small_bench_runs_batches_checks_exactness_and_plots(tmp_path, plain_e
     plain, copy = rows[(1, "none")], rows[(1, "copy")]
     assert copy.limit_seconds < plain.limit_seconds  # a 15-token chain's limit is below one token a step's
 
+    # sampled: every request seeded by its task, drafted, and the same answers as plain decoding's
+    sampled = run_bench([small], ["none", "copy"], batch_sizes=[1], temperature=0.8)
+    assert sampled.exact and sampled.as_dict()["temperature"] == 0.8
+    cells = {c.method: c for c in sampled.cells}
+    assert cells["copy"].identical == cells["copy"].outputs == 2 and cells["copy"].accepted["copy"] > 0
+    assert cells["copy"].output_sha256 != rows[(1, "copy")].output_sha256  # not the greedy answers
+
 
 @pytest.mark.engine
 def test_vllm_ngram_at_two_settings_runs_side_by_side_in_child_processes(plain_engine):
@@ -205,3 +212,7 @@ def test_outputs_are_identical_greedy_within_tolerance_or_changed():
     judge_exactness(cell, drafted, plain, _ScoredEngine({(7, 4): [0.0, 0.2], (9, 3): [0.0, 6.5]}), tolerance=0.25)
     assert (cell.outputs, cell.identical, cell.near_ties, cell.mismatches) == (3, 1, ["b"], ["c"])
     assert cell.worst_gap == 6.5
+    # sampled outputs have no greedy near ties: each difference from plain decoding, same seed, is listed
+    sampled = Cell("chat", 1, "hybrid")
+    judge_exactness(sampled, drafted, plain, _ScoredEngine({}), tolerance=None)
+    assert (sampled.identical, sampled.near_ties, sampled.mismatches, sampled.sampled_differs) == (1, [], [], ["b", "c"])

@@ -25,15 +25,23 @@ class Output:
 
 
 def judge_exactness(cell: Cell, outputs: Sequence[Output], plain_outputs: Sequence[Output], plain: Engine,
-                    tolerance: float) -> None:
+                    tolerance: float | None) -> None:
     """Fill the cell's exactness from its outputs and plain decoding's at the same positions (the
     same groups in the same order). An output that differs is scored by the plain engine in one
     prefill: within `tolerance` of the top choice at every token it is greedy decoding through a
-    near tie; else the drafter changed the answer (`mismatches`)."""
+    near tie; else the drafter changed the answer (`mismatches`). A sampled output (`tolerance`
+    None) that differs from plain decoding's, same seed, is listed in `sampled_differs`: its
+    tokens are exact draws from the logits of the step that computed them, and the dtype's noise
+    between a verification step and a one-token step moves where a draw falls; no tolerance
+    is measured for it (the engine tests hold sampled drafting to identity)."""
     for mine, theirs in zip(outputs, plain_outputs, strict=True):
         cell.outputs += 1
         if mine.generation.token_ids == theirs.generation.token_ids:
             cell.identical += 1
+            continue
+        if tolerance is None:
+            if mine.task.name not in cell.sampled_differs:
+                cell.sampled_differs.append(mine.task.name)
             continue
         prompt = mine.request.prompt
         prompt_ids = plain.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)

@@ -40,6 +40,7 @@ class Cell:
     near_ties: list[str] = field(default_factory=list)
     worst_gap: float = 0.0  # nats below the top choice, over the outputs that differ
     mismatches: list[str] = field(default_factory=list)
+    sampled_differs: list[str] = field(default_factory=list)  # sampled outputs not identical (judge.py)
     skipped: str | None = None  # why the method could not run
     # sha256 of every output's token ids in task order (the first round): equal digests across
     # two runs or two versions of hsedit mean token-identical outputs.
@@ -123,6 +124,7 @@ class BenchReport:
 
     # per dtype: how far below the top choice an emitted token may lie and still be greedy
     tolerance: dict[str, float] = field(default_factory=dict)
+    temperature: float = 0.0  # above 0: every request sampled, seeded by its task's position
 
     @property
     def exact(self) -> bool:
@@ -161,6 +163,7 @@ class BenchReport:
             "repeats": self.repeats,
             "exact": self.exact,
             "greedy_tolerance_nats": self.tolerance,
+            "temperature": self.temperature,
             "plain_step_ms": _round(self.plain_step_ms),
             "cost_tables_ms": self.cost_tables,
             "dspark_targets": {method: target.as_dict() for method, target in self.dspark_targets.items()},
@@ -193,6 +196,7 @@ class BenchReport:
                     "outputs": c.outputs,
                     "identical": c.identical,
                     "near_ties": c.near_ties,
+                    "sampled_differs": c.sampled_differs,
                     "worst_gap_nats": _round(c.worst_gap),
                     "mismatches": c.mismatches,
                     "output_sha256": c.output_sha256,

@@ -9,6 +9,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 
 from hsedit.apply import edit_request
 from hsedit.bench.judge import Output, judge_answer, judge_exactness, tolerance_for
@@ -37,7 +38,10 @@ def run_bench(
     repeats: int = 1,
     engine_for: Callable[[str], Engine] | None = None,
     on_run: Callable[[str, str, int, int], None] | None = None,
+    temperature: float = 0.0,
 ) -> BenchReport:
+    """Above temperature 0 every request samples with a seed of its own (its task's position in
+    the workload), the same for every method: plain decoding's answer is the reference."""
     methods = _with_plain(methods)
     engines, skipped = start_engines(methods, engine_for or engine_for_method)
     machine_table = fastest_costs(engines.values())
@@ -52,11 +56,11 @@ def run_bench(
             on_run(method, workload.name, batch_size, repeat)
         key = (workload.name, batch_size, method)
         outputs[key] += run_workload(engines[method], workload, batch_size, cells[key], machine_table,
-                                     max_draft_of(method))
+                                     max_draft_of(method), temperature)
     answers = judge_plain_answers(workloads, outputs, batch_sizes[0], methods[0], repeats)
     for cell in cells.values():
         if cell.method in engines:
-            judge_outputs(cell, outputs, engines, repeats)
+            judge_outputs(cell, outputs, engines, repeats, sampled=temperature > 0)
     price_machine_limit(cells.values(), engines)
     distances, refused, wrong = answers
     return BenchReport(
@@ -75,6 +79,7 @@ def run_bench(
         },
         dspark_targets={method: e.drafter_target for method, e in engines.items() if e.drafter_target is not None},
         tolerance={e.options.resolved_dtype: tolerance_for(e.options.resolved_dtype) for e in engines.values()},
+        temperature=temperature,
     )
 
 
@@ -119,24 +124,29 @@ def schedule(workloads: Sequence[Workload], batch_sizes: Sequence[int], methods:
 
 
 def run_workload(engine: Engine, workload: Workload, batch_size: int, cell: Cell, table: CostTable | None,
-                 max_draft: int | None) -> list[Output]:
+                 max_draft: int | None, temperature: float = 0.0) -> list[Output]:
     """The workload once at this batch size, its figures added into `cell`."""
+    seeds = {id(task): i for i, task in enumerate(workload.tasks)}
     cell.runs += 1
     cell.file_tokens += sum(engine.count_tokens(t.file_tokens_of.source.text)
                             for t in workload.tasks if t.file_tokens_of is not None)
     outputs = []
     for group in groups(workload.tasks, batch_size):
-        requests, results = run_group(engine, group, cell, table, max_draft)
+        sampling = [(temperature, seeds[id(task)]) for task in group]
+        requests, results = run_group(engine, group, cell, table, max_draft, sampling)
         outputs += [Output(task, request, result) for task, request, result in zip(group, requests, results)]
     return outputs
 
 
 def run_group(
-    engine: Engine, group: list[BenchTask], cell: Cell, table: CostTable | None = None, max_draft: int | None = None
+    engine: Engine, group: list[BenchTask], cell: Cell, table: CostTable | None = None, max_draft: int | None = None,
+    sampling: Sequence[tuple[float, int]] | None = None,  # [group] (temperature, seed) per task
 ) -> tuple[list[GenerationRequest], list[Generation]]:
     proposer = engine.proposer
     before = proposer.timings() if proposer else None
     requests = [_request(engine, task) for task in group]
+    if sampling is not None:
+        requests = [replace(r, temperature=t, seed=s) if t > 0 else r for r, (t, s) in zip(requests, sampling)]
     started = time.perf_counter()
     results = engine.generate(requests)
     cell.seconds += time.perf_counter() - started
@@ -222,7 +232,7 @@ def judge_plain_answers(workloads: Sequence[Workload], outputs: dict[tuple[str, 
 
 
 def judge_outputs(cell: Cell, outputs: dict[tuple[str, int, str], list[Output]], engines: dict[str, Engine],
-                  repeats: int) -> None:
+                  repeats: int, sampled: bool = False) -> None:
     """The cell's output digest (first round) and its exactness against plain decoding."""
     mine = outputs[(cell.workload, cell.batch_size, cell.method)]
     first_round = [o.generation.token_ids for o in mine[: len(mine) // repeats]]
@@ -230,7 +240,7 @@ def judge_outputs(cell: Cell, outputs: dict[tuple[str, int, str], list[Output]],
     plain_method = plain_for(cell.method)
     plain = engines[plain_method]
     reference = outputs[(cell.workload, cell.batch_size, plain_method)]  # the same groups, in the same order
-    judge_exactness(cell, mine, reference, plain, tolerance_for(plain.options.resolved_dtype))
+    judge_exactness(cell, mine, reference, plain, None if sampled else tolerance_for(plain.options.resolved_dtype))
 
 
 def price_machine_limit(cells: Iterable[Cell], engines: dict[str, Engine]) -> None:

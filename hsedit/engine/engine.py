@@ -14,6 +14,7 @@ import gc
 import itertools
 import logging
 import os
+import random
 import time
 import warnings
 from collections import deque
@@ -29,7 +30,15 @@ from hsedit.engine.options import EngineOptions
 from hsedit.engine.provision import DrafterTarget, drafter_target, resolve_drafter, resolve_model
 from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
-from hsedit.engine.vllm_engine import Proposer, SpecCounts, reported_spec_counts, silenced_stderr, start_vllm
+from hsedit.engine.vllm_engine import (
+    Proposer,
+    SpecCounts,
+    reported_spec_counts,
+    seeds_sampling,
+    silenced_stderr,
+    start_vllm,
+)
+from hsedit.engine.vllm_runner import SEEDED_SAMPLING_ARG
 from hsedit.errors import ContextTooLongError
 
 __all__ = ["GREEDY_TOLERANCE", "Engine", "EngineOptions", "Generation", "GenerationRequest", "StepEvent", "shared_engine"]
@@ -150,20 +159,26 @@ class Engine:
         prompt_ids = (
             list(request.prompt) if not isinstance(request.prompt, str) else self.tokenizer.encode(request.prompt)
         )
-        extra_args = None
+        extra_args = {}
         if request.prediction and self.proposer is not None:
             # The copy drafter's predicted output travels with the request to whichever process drafts.
             prediction = request.prediction
             ids = self.tokenizer.encode(prediction) if isinstance(prediction, str) else list(prediction)
-            extra_args = {vllm_proposer.PREDICTION_ARG: [int(t) for t in ids]}
+            extra_args[vllm_proposer.PREDICTION_ARG] = [int(t) for t in ids]
+        temperature, seed = request.temperature, request.seed
+        if temperature > 0 and seeds_sampling(self.options.drafter):
+            # vLLM sees a greedy request; the runner pins each step's logits to the request's draw.
+            seed = random.getrandbits(63) if seed is None else seed
+            extra_args[SEEDED_SAMPLING_ARG] = {"seed": int(seed), "temperature": float(temperature)}
+            temperature, seed = 0.0, None
         params = SamplingParams(
-            temperature=request.temperature,
+            temperature=temperature,
             max_tokens=request.max_tokens,
-            seed=request.seed,
+            seed=seed,
             stop=request.stop,
             output_kind=RequestOutputKind.DELTA,
             skip_special_tokens=True,
-            extra_args=extra_args,
+            extra_args=extra_args or None,
         )
         external = f"hsedit-{next(self._ids)}"
         plain_step = self.cost_table.step_time(1) if self.cost_table else None

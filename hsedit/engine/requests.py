@@ -16,7 +16,8 @@ from hsedit.engine.stats import RequestStats
 class GenerationRequest:
     """One generation. `prompt` is text (tokenized by the engine) or token ids; `max_tokens`
     caps the answer; `temperature` 0 is greedy (the default), above it sampling (`seed` fixes
-    it where the platform can); the answer stops before any of `stop`."""
+    the draws: with hsedit's drafters or none, the same seed gives the same answer whichever
+    drafts); the answer stops before any of `stop`."""
 
     prompt: str | Sequence[int]
     max_tokens: int = 2048

@@ -95,7 +95,6 @@ def start_vllm(options: EngineOptions, model_path: str, counts: SpecCounts) -> t
             "num_speculative_tokens": num_speculative_tokens,
         }
         kwargs["additional_config"] = proposer.to_config()
-        kwargs["worker_extension_cls"] = vllm_proposer.WORKER_EXTENSION
     elif options.drafter == VLLM_NGRAM:
         kwargs["speculative_config"] = {
             "method": "ngram",
@@ -110,6 +109,8 @@ def start_vllm(options: EngineOptions, model_path: str, counts: SpecCounts) -> t
         }
     if "speculative_config" in kwargs:
         kwargs["per_request_spec_decode_metrics"] = "summary"
+    if seeds_sampling(options.drafter):
+        kwargs["worker_extension_cls"] = vllm_proposer.WORKER_EXTENSION
     # vLLM-CPU reads this when it picks the executor: "0" keeps the model runner (and our
     # proposer, its step records) in this process; "1" puts it in a worker process.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if options.proposer_in_process else "1"
@@ -125,9 +126,18 @@ def start_vllm(options: EngineOptions, model_path: str, counts: SpecCounts) -> t
             multiprocess_mode=options.multiprocessing,
         )
         handle = vllm_proposer.proposer_of(core, options.proposer_in_process, num_speculative_tokens) if own else None
+        if seeds_sampling(options.drafter):
+            core.collective_rpc("hsedit_install_seeded_sampling")
     except Exception as exc:
         raise ModelError(f"cannot start vLLM on {model_path}: {one_line(exc)}") from exc
     return core, handle
+
+
+def seeds_sampling(drafter: str) -> bool:
+    """Whether sampled requests are seeded (`drafting.seeded_sampling`: drafted, exact, the same
+    answer for the same seed whichever of these drafters runs). With vLLM's own drafters vLLM
+    samples, as it does alone."""
+    return drafter in OWN_DRAFTERS or drafter == NO_DRAFTER
 
 
 def _spec_counter_factory(counts: SpecCounts) -> Callable[..., Any]:

