@@ -127,13 +127,14 @@ class RunnerAdapter:
             ends = spec_decode_metadata.cu_num_sampled_tokens.tolist()  # [batch_size]
             row_spans = list(zip([0, *ends[:-1]], ends))
             token_index = spec_decode_metadata.logits_indices.tolist()  # [num_rows]
-        rows, seeds, temperatures, positions = [], [], [], []
+        rows, seeds, temperatures = [], [], []
         for i, (seed, temperature) in seeded.items():
             for row in range(*row_spans[i]):
                 rows.append(row)
                 seeds.append(seed)
                 temperatures.append(temperature)
-                positions.append(int(runner.positions[token_index[row]]) + 1)
+        at = torch.tensor([token_index[row] for row in rows], dtype=torch.long)  # [num_seeded_rows]
+        positions = (runner.positions[at] + 1).tolist()
         return rows, seeds, temperatures, positions
 
     # -- the target's hidden states ------------------------------------------------------
