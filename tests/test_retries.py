@@ -9,7 +9,7 @@ from hsedit.apply import FENCE_STOP, EditJob, GeneratedEdit
 from hsedit.edit.files import SourceFile
 from hsedit.engine.requests import Generation, GenerationRequest
 from hsedit.engine.stats import RequestStats
-from hsedit.scope import RETRY_TEMPERATURE, generate_edits
+from hsedit.scope import RETRIES, RETRY_TEMPERATURE, generate_edits
 
 # Two small top-level functions that use the name: one region of two units.
 SOURCE = "".join(
@@ -50,7 +50,8 @@ def run(sampled_retries: bool, source: str = SOURCE, runner: UnchangedAnswers | 
 
 def test_a_failing_region_is_asked_again_as_its_units_then_sampled():
     rounds, result = run(sampled_retries=True)
-    assert rounds == [(0.0, 1), (0.0, 2), (RETRY_TEMPERATURE, 2)]
+    # each unit has had its first answer (the region's) and its own: the rest of its attempts sampled
+    assert rounds == [(0.0, 1), (0.0, 2), (RETRY_TEMPERATURE, 2 * (RETRIES - 1))]
     assert result.refusal() is not None and result.refusal().exit_code == 11
 
 
@@ -61,17 +62,17 @@ def test_without_sampled_retries_only_the_units_are_asked_again():
     assert [r["attempts"] for r in result.regions] == [2, 2]
 
 
-# One function: a region of one unit, so both its retries are sampled.
+# One function: a region of one unit, so all its retries are sampled.
 ONE_UNIT = SOURCE.split("\n\n\n")[0] + "\n"
 
 
 def test_a_single_unit_asks_all_its_sampled_attempts_in_one_round():
     runner = UnchangedAnswers()
     rounds, result = run(True, ONE_UNIT, runner)
-    assert rounds == [(0.0, 1), (RETRY_TEMPERATURE, 2)]
-    assert len(set(runner.seeds[1])) == 2  # two samples, not the same one twice
+    assert rounds == [(0.0, 1), (RETRY_TEMPERATURE, RETRIES)]
+    assert len(set(runner.seeds[1])) == RETRIES  # distinct samples, not the same one again
     assert result.refusal() is not None and result.refusal().exit_code == 11
-    assert [r["attempts"] for r in result.regions] == [3]
+    assert [r["attempts"] for r in result.regions] == [1 + RETRIES]
 
 
 def test_the_sampled_copy_that_passes_is_the_answer():
@@ -81,4 +82,4 @@ def test_the_sampled_copy_that_passes_is_the_answer():
     rounds, result = run(True, ONE_UNIT, runner)
     assert result.refusal() is None
     assert "first_total" in result.new_text and "total_0" not in result.new_text
-    assert [r["attempts"] for r in result.regions] == [3]
+    assert [r["attempts"] for r in result.regions] == [1 + RETRIES]

@@ -5,11 +5,12 @@ counts its drafts, and the start-up's quiet. `engine.Engine` owns what this star
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Union
@@ -118,13 +119,15 @@ def start_vllm(options: EngineOptions, model_path: str, counts: SpecCounts) -> t
         config = EngineArgs(**kwargs).create_engine_config(UsageContext.ENGINE_CONTEXT)
         # Built directly rather than by `from_engine_args`: that one takes the process mode
         # from the environment, and hsedit's option decides it.
-        core = LLMEngine(
-            vllm_config=config,
-            executor_class=Executor.get_class(config),
-            log_stats=True,
-            stat_loggers=[_spec_counter_factory(counts)],
-            multiprocess_mode=options.multiprocessing,
-        )
+        # Compiled mode traces the model while it starts: no torch-function mode under dynamo.
+        with nullcontext() if options.compile else lazily_paged_kv_cache():
+            core = LLMEngine(
+                vllm_config=config,
+                executor_class=Executor.get_class(config),
+                log_stats=True,
+                stat_loggers=[_spec_counter_factory(counts)],
+                multiprocess_mode=options.multiprocessing,
+            )
         handle = vllm_proposer.proposer_of(core, options.proposer_in_process, num_speculative_tokens) if own else None
         if seeds_sampling(options.drafter):
             core.collective_rpc("hsedit_install_seeded_sampling")
@@ -138,6 +141,64 @@ def seeds_sampling(drafter: str) -> bool:
     answer for the same seed whichever of these drafters runs). With vLLM's own drafters vLLM
     samples, as it does alone."""
     return drafter in OWN_DRAFTERS or drafter == NO_DRAFTER
+
+
+LAZY_ZEROS_MIN_BYTES = 64 << 20
+
+
+@contextmanager
+def lazily_paged_kv_cache() -> Iterator[None]:
+    """While vLLM starts in this process, serve its KV cache (one `torch.zeros` of int8 holding
+    every layer's blocks, 1 GiB by default) from an anonymous memory mapping instead.
+
+    Why: writing a gibibyte of zeros costs 1.2-3.5 s of every start on these machines (first-touch
+    page faults), and an edit uses a few megabytes of it. The kernel hands out an anonymous
+    mapping's pages already zeroed, on first write, so the cache reads exactly as `torch.zeros`
+    would and only the blocks requests write are ever paid for. Only CPU int8 buffers of 64 MiB
+    and more are served so (vLLM allocates nothing else of that shape while it starts); a worker in
+    another process (`EngineOptions.multiprocessing`) allocates as vLLM does."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class LazyZeros(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.zeros and _is_large_cpu_int8(args, kwargs):
+                return zeroed_mapping(_numel(args, kwargs))
+            return func(*args, **kwargs)
+
+    with LazyZeros():
+        yield
+
+
+def zeroed_mapping(nbytes: int):
+    """A 1-D int8 CPU tensor of `nbytes` zeros backed by an anonymous mapping (the tensor keeps
+    the mapping alive)."""
+    import torch
+
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=torch.int8)
+
+
+def _numel(args: tuple, kwargs: dict) -> int:
+    size = kwargs.get("size", args[0] if len(args) == 1 else args)
+    if isinstance(size, int):
+        return size
+    total = 1
+    for dim in size:
+        total *= int(dim)
+    return total
+
+
+def _is_large_cpu_int8(args: tuple, kwargs: dict) -> bool:
+    import torch
+
+    if kwargs.get("dtype") is not torch.int8 or torch.device(kwargs.get("device") or "cpu").type != "cpu":
+        return False
+    if kwargs.get("out") is not None or kwargs.get("requires_grad") or kwargs.get("pin_memory"):
+        return False
+    if not args and "size" not in kwargs:
+        return False
+    return _numel(args, kwargs) >= LAZY_ZEROS_MIN_BYTES
 
 
 def _spec_counter_factory(counts: SpecCounts) -> Callable[..., Any]:
