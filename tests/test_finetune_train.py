@@ -6,6 +6,7 @@ keeps none of peft's or transformers' state (conftest.py sets Triton's interpret
 could be imported, so that is no longer what it guards)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,13 @@ def examples(tmp_path_factory):
     return path
 
 
+# The checkpoint tests compare weights across processes. One thread and MKL's conditional
+# numerical reproducibility make each run's arithmetic the same in every process: otherwise a
+# float rounding that differs with memory alignment or thread timing reaches Adam, whose update
+# lr * m / sqrt(v) turns a near-zero gradient's sign into a difference of the order of lr.
+REPRODUCIBLE = {**os.environ, "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1"}
+
+
 def adapter_weights(directory: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
@@ -80,8 +88,8 @@ def test_a_checkpointed_run_cut_in_two_trains_as_one_run(tiny_base, examples, tm
     def run(checkpoint: str, **changes) -> dict:
         config = dict(data=str(examples), base_model=str(tiny_base), output=str(tmp_path / ("out-" + checkpoint)),
                       rank=4, alpha=8, accumulation=2, max_tokens=4096, warmup_steps=1, learning_rate=1e-2,
-                      checkpoint=str(tmp_path / checkpoint), budget_tokens=20_000, **changes)
-        subprocess.run([sys.executable, "-c", TRAIN, json.dumps(config)], check=True)
+                      checkpoint=str(tmp_path / checkpoint), budget_tokens=20_000, threads=1, **changes)
+        subprocess.run([sys.executable, "-c", TRAIN, json.dumps(config)], check=True, env=REPRODUCIBLE)
         return json.loads((tmp_path / checkpoint / "progress.json").read_text())
 
     whole = run("whole")
@@ -91,7 +99,7 @@ def test_a_checkpointed_run_cut_in_two_trains_as_one_run(tiny_base, examples, tm
     assert (second["position"], second["tokens_total"]) == (whole["position"], whole["tokens_total"]) == (4, whole["tokens_total"])
     one, two = adapter_weights(tmp_path / "whole" / "adapter"), adapter_weights(tmp_path / "split" / "adapter")
     assert one.keys() == two.keys()
-    assert all(torch.allclose(one[k], two[k], atol=1e-6) for k in one), "the resumed run diverged from the whole one"
+    assert all(torch.equal(one[k], two[k]) for k in one), "the resumed run diverged from the whole one"
     moved = adapter_weights(tmp_path / "out-whole")
     assert all(torch.equal(moved[k], one[k]) for k in one)  # the output adapter is the checkpoint's
 
@@ -99,14 +107,15 @@ def test_a_checkpointed_run_cut_in_two_trains_as_one_run(tiny_base, examples, tm
     # third forward pass) saves where the last update left it and resumes from there.
     config = dict(data=str(examples), base_model=str(tiny_base), output=str(tmp_path / "out-stopped"),
                   rank=4, alpha=8, accumulation=2, max_tokens=4096, warmup_steps=1, learning_rate=1e-2,
-                  checkpoint=str(tmp_path / "stopped"), budget_tokens=20_000)
-    subprocess.run([sys.executable, "-c", TERMINATED_ON_THIRD_FORWARD + TRAIN, json.dumps(config)], check=True)
+                  checkpoint=str(tmp_path / "stopped"), budget_tokens=20_000, threads=1)
+    subprocess.run([sys.executable, "-c", TERMINATED_ON_THIRD_FORWARD + TRAIN, json.dumps(config)], check=True,
+                   env=REPRODUCIBLE)
     stopped = json.loads((tmp_path / "stopped" / "progress.json").read_text())
     assert (stopped["position"], stopped["tokens_total"]) == (first["position"], first["tokens_total"])
     resumed = run("stopped")
     assert (resumed["position"], resumed["tokens_total"]) == (4, whole["tokens_total"])
     three = adapter_weights(tmp_path / "stopped" / "adapter")
-    assert all(torch.allclose(one[k], three[k], atol=1e-6) for k in one), "the run resumed after SIGTERM diverged"
+    assert all(torch.equal(one[k], three[k]) for k in one), "the run resumed after SIGTERM diverged"
 
 
 TERMINATED_ON_THIRD_FORWARD = """
