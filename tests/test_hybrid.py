@@ -375,3 +375,20 @@ def test_copy_only_steps_select_as_the_two_chain_path_does(chains):
     fast = selector.select(copy)
     full = selector.select(hopeless)
     assert [c.tokens if c else None for c in fast] == [c.tokens if c and c.source == COPY else None for c in full]
+
+
+@settings(max_examples=150, deadline=None)
+@given(batch_strategy, batch_strategy, st.floats(0.0, 0.02))
+def test_the_drafting_plan_leaves_out_only_requests_it_would_never_run_for(copy, estimate, fixed):
+    """The plan skips the maths for requests whose copy chain dominates their estimate: it must
+    answer exactly as the mask over every request does."""
+    rows = min(len(copy), len(estimate))
+    selector = HybridSelector(max_batch_tokens=256)
+    selector.set_costs([1, 16, 64], [0.030, 0.034, 0.050])
+    selector.set_draft_costs([1, 4], [fixed + 0.001, fixed + 0.002])
+    chains = [chain(COPY, list(range(len(c))), c) if c else None for c in copy[:rows]]
+    estimates = [e + [0.0] * (8 - len(e)) for e in estimate[:rows]]  # as the planner pads them
+    copy_survival = pad(copy[:rows], 8)
+    without = price(selector.step_seconds, rows, copy_survival.reshape(-1))
+    full = model_drafting_mask(copy_survival, pad(estimates, 8), without, selector.draft_seconds[: rows + 1])
+    assert selector.plan_model_drafting(chains, estimates) == full.tolist()

@@ -224,13 +224,23 @@ class HybridSelector:
         least_goodput = num_requests / float(self.step_seconds[num_requests])
         if sum(sum(e) for e in estimates) <= least_goodput * self.drafting_cost(1):
             return [False] * len(copy)
+        # A request whose copy chain survives at least as well as its DSpark estimate at every
+        # position has no advantage at any price (utility grows with survival, slot by slot), so
+        # it is left out of the maths: on edits, where copies run long, that is nearly every step.
+        contenders = [i for i, (c, e) in enumerate(zip(copy, estimates)) if not _dominates(c, e)]
+        if not contenders:
+            return [False] * len(copy)
         length = max([len(c) for c in copy if c is not None] + [len(e) for e in estimates] + [1])
         copy_survival = pad([_survival(c) for c in copy], length)  # [R, L]
         without = price(self.step_seconds, len(copy), copy_survival.reshape(-1))
         mask = model_drafting_mask(
-            copy_survival, pad(estimates, length), without, self.draft_scale * self.draft_seconds[: len(copy) + 1]
+            copy_survival[contenders], pad([estimates[i] for i in contenders], length), without,
+            self.draft_scale * self.draft_seconds[: len(contenders) + 1],
         )
-        return mask.tolist()
+        runs = [False] * len(copy)
+        for i, run in zip(contenders, mask.tolist()):
+            runs[i] = run
+        return runs
 
     def select(self, candidates: list[list[DraftChain]], drafted_for: int = 0) -> list[DraftChain | None]:
         """One chain (or none) per request; `drafted_for` requests had a model-drafter pass."""
@@ -275,6 +285,15 @@ class HybridSelector:
             chain = (copy[i], neural[i])[chosen[i]]
             out.append(_truncated(chain, n) if chain is not None and n > 0 else None)
         return out
+
+
+def _dominates(chain: DraftChain | None, estimate: list[float]) -> bool:
+    """Whether a copy chain's survival is at least the estimate's wherever the estimate expects
+    anything (a position it gives 0 earns nothing at any price)."""
+    if chain is None:
+        return not any(a > 0 for a in estimate)
+    survival = _survival(chain)
+    return all(j < len(survival) and survival[j] >= a for j, a in enumerate(estimate) if a > 0)
 
 
 def _operations(device: torch.device):
