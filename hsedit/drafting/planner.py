@@ -51,7 +51,7 @@ MAX_MODEL_WAIT = 64
 # Weight of the newest value in the planner's running means: a finished request's copy and
 # DSpark offsets (new requests start from them; few requests finish, so each counts for more)
 # and a judged DSpark chain's outcome (one per request-step: many, so each counts for less).
-COPY_OFFSET_WEIGHT = 0.2
+FINISHED_OFFSET_WEIGHT = 0.2
 MODEL_SURVIVAL_WEIGHT = 0.1
 
 
@@ -208,13 +208,13 @@ class DraftPlanner:
     def release(self, req_id: str) -> None:
         state = self._states.pop(req_id, None)
         if state is not None and state.copy_offset.value != state.copy_offset.prior:
-            w = COPY_OFFSET_WEIGHT
+            w = FINISHED_OFFSET_WEIGHT
             if state.reference:
                 self._reference_offset_mean = (1 - w) * self._reference_offset_mean + w * state.copy_offset.value
             else:
                 self._copy_offset_mean = (1 - w) * self._copy_offset_mean + w * state.copy_offset.value
         if state is not None and state.model_offset.observed:
-            w = COPY_OFFSET_WEIGHT
+            w = FINISHED_OFFSET_WEIGHT
             self._model_offset_mean = (1 - w) * self._model_offset_mean + w * state.model_offset.value
         if self.model_drafter is not None:
             self.model_drafter.release(req_id)
