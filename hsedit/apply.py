@@ -15,7 +15,7 @@ from hsedit.edit.diff import unified_diff
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile, check_writable, read_source, write_if_unchanged
 from hsedit.edit.guard import DEFAULT_MAX_DELETION, GuardVerdict, check_answer
-from hsedit.edit.intent import Intent, parse_intent
+from hsedit.edit.intent import Intent, answer_growth_bound, parse_intent
 from hsedit.edit.prompt import CLOSING_FENCE, ApplyPrompt
 from hsedit.edit.validate import Validation, validate
 from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
@@ -36,6 +36,10 @@ if TYPE_CHECKING:  # the engine is imported only where it runs: a server's clien
 # Room for the answer beyond a copy of the file: edits may add lines.
 ANSWER_SLACK_TOKENS = 256
 ANSWER_GROWTH = 1.5
+# Where the intent bounds how much a right answer can grow (`answer_growth_bound`), the answer's
+# room is the file's tokens, that growth and this much for the closing fence and line ends: an
+# answer that runs past it cannot be right, so a runaway stops there.
+BOUNDED_SLACK_TOKENS = 32
 
 
 @dataclass
@@ -146,11 +150,28 @@ def edit_request(
     file_tokens = len(file_ids)
     # the answer repeats the file, and a little room beyond it keeps a near-full context useful
     room = engine.answer_room(prompt_ids, file_tokens + 16, f"{job.display_path} is too long for the model's context")
-    budget = max_tokens or int(file_tokens * ANSWER_GROWTH) + ANSWER_SLACK_TOKENS
+    budget = max_tokens or answer_budget(parse_intent(job.instruction, job.update), job.source.text, file_tokens)
     # The file is the answer's reference (a Predicted Output): the copy drafter trusts its copies
     # as an edit's from the first step, where general text's would be cut short.
     return GenerationRequest(prompt_ids, max_tokens=min(budget, room), temperature=temperature, seed=seed,
                              stop=[FENCE_STOP], prediction=file_ids)
+
+
+def answer_budget(intent: Intent, text: str, file_tokens: int) -> int:
+    """The most tokens an answer to `intent` on `text` (of `file_tokens` tokens) is given."""
+    growth = answer_growth_bound(intent, text)
+    if growth is None:
+        return int(file_tokens * ANSWER_GROWTH) + ANSWER_SLACK_TOKENS
+    return file_tokens + growth + BOUNDED_SLACK_TOKENS
+
+
+def cut_off_advice(job: EditJob, asked_max_tokens: int | None) -> str:
+    """What to say of a cut-off answer: where its room was the one its intent leaves (no
+    --max-tokens given), it ran past any right answer; else more room may help."""
+    bounded = answer_growth_bound(parse_intent(job.instruction, job.update), job.source.text) is not None
+    if bounded and asked_max_tokens is None:
+        return "a right answer to this instruction is shorter, so it ran away (--max-tokens allows more)"
+    return "raise --max-tokens"
 
 
 @dataclass
@@ -234,13 +255,14 @@ def _drain(items: list[GeneratedEdit]) -> Iterator[GeneratedEdit]:
 
 
 def finish_edit(
-    job: EditJob, generation: Generation, request: GenerationRequest, *, max_deletion: float = DEFAULT_MAX_DELETION
+    job: EditJob, generation: Generation, request: GenerationRequest, *, max_deletion: float = DEFAULT_MAX_DELETION,
+    asked_max_tokens: int | None = None,
 ) -> EditResult:
     """Extract, validate and diff a finished generation; refuse one cut off by max_tokens."""
     if generation.stats.finish_reason == "length":
         raise OutputTruncatedError(
             f"the answer was cut off at {request.max_tokens} tokens before the file was complete "
-            f"(the file has {len(job.source.text.splitlines())} lines); raise --max-tokens"
+            f"(the file has {len(job.source.text.splitlines())} lines); {cut_off_advice(job, asked_max_tokens)}"
         )
     # Generation stops on the closing fence and leaves it out; put it back for the extractor.
     answer = generation.text + (FENCE_STOP if generation.stats.finish_reason == "stop" else "")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
-from hsedit.apply import FENCE_STOP, EditJob, EditResult, EditRunner, GeneratedEdit, finish_edit, judge
+from hsedit.apply import FENCE_STOP, EditJob, EditResult, EditRunner, GeneratedEdit, cut_off_advice, finish_edit, judge
 from hsedit.config import AUTO, FILE, REGIONS
 from hsedit.edit.check import CheckVerdict, Source, attributes_follow, check_intent
 from hsedit.edit.extract import extract_file
@@ -139,7 +139,7 @@ def generate_edits(
         plan = plans[index]
         if all(p.answered and (p.final or p.attempts > retries) for p in plan.parts):
             del plans[index]
-            yield index, _finish(plan, max_deletion)
+            yield index, _finish(plan, max_deletion, max_tokens)
 
     def first_round() -> Iterator[EditJob]:
         for index, job in enumerate(jobs):
@@ -183,7 +183,7 @@ def generate_edits(
             temperature=RETRY_TEMPERATURE if sampled and temperature == 0 else temperature,
             seed=seed,  # a sampled round's jobs are copies, each with its own seed
         ):
-            yield from _drain(pending_errors, pending_done, plans, max_deletion)
+            yield from _drain(pending_errors, pending_done, plans, max_deletion, max_tokens)
             index, part = sent[done.index]
             _record(plans[index], part, done)
             if id(part) in copies:
@@ -194,7 +194,7 @@ def generate_edits(
             if not part.final and part.attempts <= retries:
                 waiting.append((index, part))
             yield from settle(index)
-        yield from _drain(pending_errors, pending_done, plans, max_deletion)
+        yield from _drain(pending_errors, pending_done, plans, max_deletion, max_tokens)
 
     pending_errors: list[tuple[int, HseditError]] = []
     pending_done: list[int] = []
@@ -216,15 +216,15 @@ def generate_edits(
             if group:
                 yield from run(round_of(group), sampled)
     for index in list(plans):
-        yield index, _finish(plans.pop(index), max_deletion)
+        yield index, _finish(plans.pop(index), max_deletion, max_tokens)
 
 
-def _drain(errors, done, plans, max_deletion):
+def _drain(errors, done, plans, max_deletion, max_tokens):
     while errors:
         yield errors.pop(0)
     while done:
         index = done.pop(0)
-        yield index, _finish(plans.pop(index), max_deletion)
+        yield index, _finish(plans.pop(index), max_deletion, max_tokens)
 
 
 def _adopt(part: Part, group: list[Part]) -> None:
@@ -309,7 +309,7 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
     part.final = part.problem is None
 
 
-def _finish(plan: EditPlan, max_deletion: float) -> EditResult | HseditError:
+def _finish(plan: EditPlan, max_deletion: float, max_tokens: int | None) -> EditResult | HseditError:
     job = plan.job
     try:
         if plan.scope == FILE:
@@ -317,13 +317,13 @@ def _finish(plan: EditPlan, max_deletion: float) -> EditResult | HseditError:
             done = part.generated
             if done.error is not None:
                 return done.error
-            return finish_edit(job, done.generation, done.request, max_deletion=max_deletion)
+            return finish_edit(job, done.generation, done.request, max_deletion=max_deletion, asked_max_tokens=max_tokens)
         cut_off = [p for p in plan.parts if p.truncated_at is not None]
         if cut_off:
             part = cut_off[0]
             return OutputTruncatedError(
                 f"{job.display_path}: the answer for {part.region.label} was cut off at {part.truncated_at} tokens "
-                f"after {part.attempts} attempts; raise --max-tokens"
+                f"after {part.attempts} attempts; {cut_off_advice(part.job, max_tokens)}"
             )
         refused = [p for p in plan.parts if p.generated is not None and p.generated.error is not None]
         if refused:

@@ -104,6 +104,11 @@ FAULTS = [
           code=8, message="placeholder instead of code ('# ... existing code ...')", after={"t.py": UNCHANGED}),
     Fault("truncated answer", {"t.py": CODE}, "t.py", "rename area to size", CODE[:30], finish="length",
           code=5, message="cut off at 100 tokens", after={"t.py": UNCHANGED}),
+    # A rename's answer cannot grow past its room: cut off there, it ran away; free form may need more.
+    Fault("runaway answer", {"t.py": CODE}, "t.py", "rename area to size", CODE * 3, finish="length",
+          code=5, message="a right answer to this instruction is shorter, so it ran away", after={"t.py": UNCHANGED}),
+    Fault("truncated free-form answer", {"t.py": CODE}, "t.py", "make the code clearer", CODE[:30], finish="length",
+          code=5, message="raise --max-tokens", after={"t.py": UNCHANGED}),
     Fault("answer that does not parse", {"t.py": CODE}, "t.py", "rename area to size",
           CODE.replace("(w, h):", "(w, h:", 1), code=6, message="does not parse", after={"t.py": UNCHANGED}),
     Fault("answer that does not parse, --force", {"t.py": CODE}, "t.py", "rename area to size",

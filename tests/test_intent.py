@@ -65,3 +65,33 @@ def test_the_check_reads_the_same_intent():
     renamed = code.replace("count", "total")
     assert check_edit("a.py", code, renamed, "rename count to total").ok is True
     assert check_edit("a.py", code, renamed, "make it better").ok is None
+
+
+def test_every_right_answer_fits_the_room_its_intent_leaves_and_a_runaway_does_not():
+    """The answer budget of a bounded intent is tight enough to stop a runaway early, so it
+    must hold every right answer: the held-out chunks, regions, whole files and real-file
+    renames, tokenized as the engine counts the answer (the new code, then the closing fence)."""
+    from transformers import AutoTokenizer
+
+    from hsedit.apply import ANSWER_GROWTH, answer_budget
+    from hsedit.edit.intent import answer_growth_bound
+    from hsedit.edit.prompt import completion_for
+    from hsedit.engine.provision import resolve_model
+    from hsedit.train.finetune.dataset import HELDOUT, HELDOUT_FILES, HELDOUT_REGIONS, HELDOUT_RENAMES, load
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("embedded-base"))
+    examples = [e for path in (HELDOUT, HELDOUT_FILES, HELDOUT_REGIONS, *HELDOUT_RENAMES.values()) for e in load(path)]
+    bounded = tightened = 0
+    for example in examples:
+        intent = parse_intent(example.instruction, example.update)
+        if answer_growth_bound(intent, example.before) is None:
+            continue
+        bounded += 1
+        file_tokens = len(tokenizer.encode(example.before))
+        budget = answer_budget(intent, example.before, file_tokens)
+        answer = len(tokenizer.encode(completion_for(example.after)))
+        assert answer <= budget, f"{example.kind} {example.path}: a right answer of {answer} tokens, room {budget}"
+        if file_tokens > 200:
+            assert 2 * file_tokens > budget  # the file twice over (a runaway) is stopped
+            tightened += budget < int(file_tokens * ANSWER_GROWTH)
+    assert bounded > 400 and tightened > bounded / 4, (bounded, tightened)

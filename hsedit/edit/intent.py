@@ -270,6 +270,27 @@ def _code_words(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+def answer_growth_bound(intent: Intent, text: str) -> int | None:
+    """How many tokens longer than `text` a right answer to `intent` can be, or None where the
+    intent does not bound it. Counted in characters (a token holds at least one), each changed
+    mention with two more for the tokenizer's merges around it; every mention of a name counts,
+    strings and comments too, so the bound holds whichever the answer changes. A rename grows by
+    the new name's extra length a mention, a constant by its value an assignment, a parameter
+    by itself and its default wherever its function is named; a deletion only shortens."""
+    def mentions(name: str) -> int:
+        return len(re.findall(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text))
+
+    if isinstance(intent, Rename):
+        return mentions(intent.old) * (max(0, len(intent.new) - len(intent.old)) + 2)
+    if isinstance(intent, SetConstant):
+        return mentions(intent.name) * (len(intent.value) + 2)
+    if isinstance(intent, AddParameter) and intent.function:
+        return mentions(intent.function) * (len(intent.param) + len(intent.default or "") + len(", = ") + 2)
+    if isinstance(intent, (Delete, RemovePrints)):
+        return 0
+    return None
+
+
 def scope_of(intent: Intent) -> str | None:
     """The function or class an intent is confined to, if it names one."""
     return getattr(intent, "scope", None)
