@@ -161,7 +161,7 @@ def apply(
 @app.command()
 def bench(
     tasks: Annotated[Optional[Path], typer.Option(help="Your own task file (JSON lines); default: the built-in workloads (light, heavy, snippet, chat, mixed).")] = None,
-    drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, copy, vllm-ngram, vllm-suffix, dspark, hybrid, each optionally with its maximum draft (hybrid@15, vllm-ngram@63; default 31 for hybrid, 15 for the others); plain decoding always runs.")] = "none,copy,dspark,hybrid",
+    drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, copy, vllm-ngram, vllm-suffix, dspark, hybrid, each optionally with its maximum draft (hybrid@15, vllm-ngram@63; default 31 for hybrid, 15 for the others) and its engine variant after a colon: a dtype and/or compiled (hybrid:float32, hybrid:compiled); plain decoding of every variant always runs.")] = "none,copy,dspark,hybrid",
     batch_size: Annotated[str, typer.Option(help="Comma-separated batch sizes (concurrent requests).")] = "1,4",
     workloads: Annotated[Optional[str], typer.Option(help="Built-in workloads to run (comma-separated): light, heavy, snippet, chat, mixed (the default) and large (renames in 490-910-line files).")] = None,
     scope: Annotated[str, typer.Option(help="Comma-separated scopes each workload runs at: file (whole files) and regions (the regions `apply --scope regions` sends); a workload that cannot be cut runs whole.")] = "file",

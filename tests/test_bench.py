@@ -13,12 +13,16 @@ from hsedit.bench import (
     builtin_dir,
     builtin_workloads,
     check_method,
+    compiled,
+    dtype_of,
     max_draft_of,
     method_name,
+    plain_for,
     run_bench,
 )
 from hsedit.cli import app
 from hsedit.edit.diff import edit_distance
+from hsedit.errors import UsageError
 
 BENCHMARKS = builtin_dir()
 
@@ -65,6 +69,19 @@ def test_a_method_names_its_drafter_and_maximum_draft():
     assert check_method("ngram@15") == "copy@15"  # the copy drafter's old name
     assert (method_name("vllm-ngram@63"), max_draft_of("vllm-ngram@63")) == ("vllm-ngram", 63)
     assert (method_name("hybrid"), max_draft_of("hybrid")) == ("hybrid", None)
+
+
+def test_a_method_names_its_engine_variant_and_is_judged_within_it():
+    assert check_method("hybrid@31:compiled") == "hybrid@31:compiled"
+    assert check_method("hybrid:compiled+float32") == "hybrid:float32+compiled"  # one spelling
+    assert check_method("hybrid:auto") == "hybrid"
+    for method, dtype, mode, plain in (("hybrid", "auto", False, "none"), ("hybrid:float32", "float32", False, "none:float32"),
+                                       ("copy@15:compiled", "auto", True, "none:compiled"),
+                                       ("hybrid:bfloat16+compiled", "bfloat16", True, "none:bfloat16+compiled")):
+        assert (dtype_of(method), compiled(method), plain_for(method)) == (dtype, mode, plain)
+    for bad in ("hybrid:compiled+compiled", "hybrid:float32+bfloat16", "hybrid:fast"):
+        with pytest.raises(UsageError):
+            check_method(bad)
 
 
 def test_the_all_accepted_limit_is_one_prefill_then_full_chains():

@@ -3,15 +3,16 @@
 The machine is noisy, so for every workload and batch size the methods take turns (the order
 rotates) and speed is reported as ratios from the same run. A batch size b runs b requests
 concurrently in one engine (the workload's tasks, repeated if there are fewer than b). Every
-output is judged against plain decoding of the same dtype at the same batch size: token for
+output is judged against plain decoding of the same variant at the same batch size: token for
 token, and where it differs, by the plain engine's own log-probabilities (one prefill of prompt
 and answer) — greedy decoding within the dtype's tolerance (`GREEDY_TOLERANCE`: kernels that
 are not batch-invariant, and bf16's coarse rounding, can flip a near tie) or a drafter that
 changed the output, which is a bug, not a speedup.
 
-A method is a drafter name, optionally with its maximum draft and the target's dtype:
-`hybrid@15`, `vllm-ngram@63`, `hybrid:float32` (without: the engine's defaults, 31 for the
-hybrid and 15 for the others, and `--dtype auto`). Every dtype in use gets its own plain
+A method is a drafter name, optionally with its maximum draft and its engine variant, the
+target's dtype and/or vLLM's compiled mode: `hybrid@15`, `vllm-ngram@63`, `hybrid:float32`,
+`hybrid:compiled`, `none:float32+compiled` (without: the engine's defaults, 31 for the hybrid
+and 15 for the others, `--dtype auto`, eager). Every variant in use gets its own plain
 decoding, which its methods are compared with and checked against.
 
 A workload runs at each scope asked for (`--scope file,regions`): the whole file per edit, or
@@ -33,6 +34,7 @@ from hsedit.bench.methods import (
     DEFAULT_METHODS,
     UnavailableMethod,
     check_method,
+    compiled,
     dtype_of,
     engine_for_method,
     max_draft_of,
@@ -56,7 +58,7 @@ from hsedit.bench.workloads import (
 
 __all__ = [
     "BUILTIN_WORKLOADS", "DEFAULT_METHODS", "BenchReport", "BenchTask", "Cell", "UnavailableMethod", "Workload",
-    "all_accepted_limit", "builtin_dir", "builtin_workloads", "check_method", "chosen_workloads", "dtype_of",
+    "all_accepted_limit", "builtin_dir", "builtin_workloads", "check_method", "chosen_workloads", "compiled", "dtype_of",
     "engine_for_method", "groups", "in_regions", "load_tasks", "max_draft_of", "method_name", "plain_for",
     "run_bench", "suffix_package_dir",
 ]

@@ -1,5 +1,6 @@
-"""What the bench compares: method specs (`hybrid@15`, `vllm-ngram@63`, `hybrid:float32`) and
-the engine each one runs on (vLLM's own drafters in a process of their own: `children.py`)."""
+"""What the bench compares: method specs (`hybrid@15`, `vllm-ngram@63`, `hybrid:float32`,
+`hybrid:compiled`) and the engine each one runs on (vLLM's own drafters in a process of their
+own: `children.py`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ class UnavailableMethod(Exception):
     """A method that cannot run on this installation (e.g. a missing optional package)."""
 
 
+COMPILED = "compiled"  # a variant: vLLM's compiled mode instead of eager
+
+
 def method_name(method: str) -> str:
     """The drafter of a method spec: `hybrid@15:float32` -> `hybrid`."""
     return method.split(":", 1)[0].split("@", 1)[0]
@@ -28,16 +32,25 @@ def max_draft_of(method: str) -> int | None:
     return int(size) if size else None
 
 
+def variant_of(method: str) -> str:
+    """The engine variant of a method spec (what follows ':': a dtype, `compiled`, or both joined
+    by '+'), '' for the default; methods are compared within one variant."""
+    return method.partition(":")[2]
+
+
 def dtype_of(method: str) -> str:
     """The target dtype of a method spec (`auto` unless it names one)."""
-    _, _, dtype = method.partition(":")
-    return dtype or "auto"
+    return next((part for part in variant_of(method).split("+") if part and part != COMPILED), "auto")
+
+
+def compiled(method: str) -> bool:
+    return COMPILED in variant_of(method).split("+")
 
 
 def plain_for(method: str) -> str:
-    """The plain decoding a method is compared with and checked against: the same dtype."""
-    dtype = dtype_of(method)
-    return NO_DRAFTER if dtype == "auto" else f"{NO_DRAFTER}:{dtype}"
+    """The plain decoding a method is compared with and checked against: the same variant."""
+    variant = variant_of(method)
+    return f"{NO_DRAFTER}:{variant}" if variant else NO_DRAFTER
 
 
 def default_max_draft(method: str) -> int:
@@ -48,18 +61,24 @@ def default_max_draft(method: str) -> int:
 
 def check_method(method: str) -> str:
     """The method spec with its drafter's current name (`ngram@15` -> `copy@15`); a one-line
-    usage error for an unknown drafter, a bad maximum draft or dtype."""
+    usage error for an unknown drafter, a bad maximum draft or variant."""
     from hsedit.config import check_dtype
     from hsedit.drafting.chain import check_drafter
 
-    spec, _, dtype = method.partition(":")
+    spec, _, variant = method.partition(":")
     name = check_drafter(method_name(spec), "--drafters")
     size = spec.partition("@")[2]
     if size and (not size.isdigit() or int(size) < 1):
         raise UsageError(f"--drafters: {method!r}: the maximum draft after @ must be a whole number of at least 1")
-    if dtype:
-        check_dtype(dtype, f"--drafters: {method!r}: the dtype after :")
-    return (f"{name}@{size}" if size else name) + (f":{dtype}" if dtype and dtype != "auto" else "")
+    parts = [part for part in variant.split("+") if part]
+    for part in parts:
+        if part != COMPILED:
+            check_dtype(part, f"--drafters: {method!r}: the dtype after :")
+    dtypes = [part for part in parts if part not in (COMPILED, "auto")]
+    if len(dtypes) > 1 or parts.count(COMPILED) > 1:
+        raise UsageError(f"--drafters: {method!r}: after ':' name one dtype and/or `compiled`, joined by '+'")
+    canonical = "+".join(dtypes + ([COMPILED] if COMPILED in parts else []))
+    return (f"{name}@{size}" if size else name) + (f":{canonical}" if canonical else "")
 
 
 def suffix_package_dir() -> Path:
@@ -84,8 +103,9 @@ def engine_for_method(method: str, model: str | None = None, dspark: str | None 
             )
         extra_path = str(suffix_package_dir())
     options = EngineOptions(model=model, drafter=name, dspark=dspark, num_speculative_tokens=max_draft_of(method),
-                            dtype=dtype_of(method))
+                            dtype=dtype_of(method), compile=compiled(method))
     if name in VLLM_BUILTINS:
-        like = shared_engine(EngineOptions(model=model, drafter=NO_DRAFTER, dtype=dtype_of(method)))
+        like = shared_engine(EngineOptions(model=model, drafter=NO_DRAFTER, dtype=dtype_of(method),
+                                           compile=compiled(method)))
         return ChildEngine(options, like=like, extra_path=extra_path)
     return shared_engine(options)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from hsedit.bench.methods import dtype_of, method_name
+from hsedit.bench.methods import method_name, variant_of
 from hsedit.drafting.chain import COPY, DSPARK, NO_DRAFTER, VLLM_NGRAM
 from hsedit.engine.provision import DrafterTarget
 
@@ -139,16 +139,16 @@ class BenchReport:
     def ratio_to_best(self, cell: Cell, family: str) -> float | None:
         """Against the fastest of a drafter's settings (`vllm-ngram`, `vllm-ngram@63`, ...)."""
         rivals = [c for c in self.cells if (c.workload, c.batch_size) == (cell.workload, cell.batch_size)
-                  and method_name(c.method) == family and dtype_of(c.method) == dtype_of(cell.method)
+                  and method_name(c.method) == family and variant_of(c.method) == variant_of(cell.method)
                   and c.tokens_per_second]
         if not rivals or not cell.tokens_per_second:
             return None
         return cell.tokens_per_second / max(c.tokens_per_second for c in rivals)
 
     def ratio(self, cell: Cell, baseline: str) -> float | None:
-        """Against `baseline` (a drafter name) at the cell's own dtype."""
-        dtype = dtype_of(cell.method)
-        base = self.cell(cell.workload, cell.batch_size, baseline if dtype == "auto" else f"{baseline}:{dtype}")
+        """Against `baseline` (a drafter name) in the cell's own variant (dtype, mode)."""
+        variant = variant_of(cell.method)
+        base = self.cell(cell.workload, cell.batch_size, f"{baseline}:{variant}" if variant else baseline)
         if base is None or not base.tokens_per_second or not cell.tokens_per_second:
             return None
         return cell.tokens_per_second / base.tokens_per_second
