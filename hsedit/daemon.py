@@ -174,8 +174,7 @@ def _start(spec: DaemonSpec, keep_alive_s: float) -> subprocess.Popen:
     for flag, value in (("--model", options.model), ("--dspark", options.dspark)):
         if value:
             command += [flag, value]
-    if options.compile:
-        command.append("--compile")
+    command.append("--compile" if options.compile else "--no-compile")
     env = {**os.environ, DAEMON_VARIABLE: "0", "PYTHONUNBUFFERED": "1"}
     with open(spec.log, "ab") as log:
         log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(command)}\n".encode())

@@ -98,12 +98,15 @@ class Server:
     """`hsedit serve ARGS` as users start it: a subprocess on a free loopback port, up once
     /health answers."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, compiled: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.devnull, "w")  # noqa: SIM115 - closed in stop()
+        # Eager unless a test asks for the compiled default (no flag): a compiled start takes a
+        # minute, and eager answers are what the in-process engines of the tests give.
+        mode = () if compiled else ("--no-compile",)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "hsedit.cli", "serve", "--port", str(self.port), *args],
+            [sys.executable, "-m", "hsedit.cli", "serve", "--port", str(self.port), *mode, *args],
             stdout=self.log, stderr=subprocess.PIPE, text=True,
         )
         deadline = time.time() + 300

@@ -126,6 +126,32 @@ def test_apply_through_the_server_prints_what_the_embedded_engine_does(server, h
     assert remote["stats"]["drafters"]["copy"]["accepted"] > 0
 
 
+def test_a_server_is_compiled_by_default_and_answers_greedily_within_the_dtypes_noise(plain_engine):
+    """`hsedit serve` without a flag runs vLLM's compiled mode; its kernels are not the eager
+    engine's, so its answer is judged as the bench judges one: every token the eager target's
+    greedy choice up to the dtype's noise."""
+    from hsedit.apply import edit_request
+    from hsedit.engine.engine import GREEDY_TOLERANCE
+
+    running = Server(compiled=True)
+    try:
+        health = json.loads(urllib.request.urlopen(running.url + "/health", timeout=10).read())
+        dtype = plain_engine.options.resolved_dtype
+        assert health["compiled"] is True and health["dtype"] == dtype
+        code, instruction = (EXAMPLES / "temperature.py").read_text(), "set FREEZING_F to 32.5"
+        status, text, _ = _post(running.url + "/v1/apply", {"path": "temperature.py", "code": code,
+                                                             "instruction": instruction})
+        assert status == 200, text
+        lines = [json.loads(line) for line in text.splitlines()]
+        assert lines[-1]["type"] == "result" and "FREEZING_F = 32.5" in lines[-1]["new_text"], lines[-1]
+        answer = [t for line in lines if line["type"] == "step" for t in line["record"]["emitted"]]
+        job = EditJob.for_source(SourceFile.from_text("temperature.py", code), "temperature.py", instruction)
+        gaps = greedy_gaps(plain_engine, edit_request(plain_engine, job).prompt, answer)
+        assert max(gaps) <= GREEDY_TOLERANCE[dtype], gaps
+    finally:
+        assert running.stop() == 0
+
+
 def _eight_files(directory: Path) -> list[tuple[str, str]]:
     tasks = [
         ("inventory.py", "change the apple's price in the example stock to 0.6"),

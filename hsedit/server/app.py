@@ -96,7 +96,8 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
         target = engine.drafter_target
         daemon = settings.daemon and {**settings.daemon, "idle_s": round(worker.idle_seconds(), 1)}
         return Health(model=settings.served_model, drafter=settings.drafter, waiting=worker.waiting,
-                      running=worker.running, daemon=daemon,
+                      running=worker.running, dtype=engine.options.resolved_dtype, compiled=engine.options.compile,
+                      daemon=daemon,
                       dspark_target=DrafterTargetBody(**target.as_dict()) if target else None)
 
     @app.get("/metrics")

@@ -183,5 +183,7 @@ class Health(BaseModel):
     drafter: str
     waiting: int
     running: int
+    dtype: str | None = None  # the target's, as it runs (None: a server from before hsedit said)
+    compiled: bool | None = None  # vLLM's compiled mode, or eager
     dspark_target: DrafterTargetBody | None = None  # what the DSpark drafter was trained for
     daemon: dict[str, Any] | None = None  # a background engine's own state (hsedit/daemon.py)
