@@ -15,8 +15,11 @@ from hsedit.cli import app
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RENAME = "rename the function total_value to inventory_value"
-BROKEN = '''def area(width, height):
-    return width * height
+BROKEN = '''SCALE = 2
+
+
+def area(width, height):
+    return width * height * SCALE
 
 
 def perimeter(width, height:
@@ -158,13 +161,14 @@ def test_write_replaces_the_file_with_the_new_text(heldout):
 @pytest.mark.engine
 def test_output_that_does_not_parse_is_not_written(workdir):
     (workdir / "broken.py").write_text(BROKEN)
-    # The write guard's deletion limit off: this is about the parse check, whatever the model drops.
-    result = run("broken.py", "rename the function perimeter to rectangle_perimeter", "--write", "--max-deletion", "1")
+    # An edit away from the broken signature: the model copies it as it is (a rename of that very
+    # function may come back repaired). The deletion limit off: this is about the parse check.
+    result = run("broken.py", "set SCALE to 3", "--write", "--max-deletion", "1")
     assert result.exit_code == 6, result.output
     assert "does not parse" in result.stderr and "--force" in result.stderr
     assert result.stdout.startswith("--- a/broken.py")  # the diff is still shown
     assert (workdir / "broken.py").read_text() == BROKEN
-    forced = run("broken.py", "rename the function perimeter to rectangle_perimeter", "--write", "--force")
+    forced = run("broken.py", "set SCALE to 3", "--write", "--force")
     assert forced.exit_code == 0
     assert (workdir / "broken.py").read_text() != BROKEN
 

@@ -51,6 +51,8 @@ class ServerSettings:
     max_body_bytes: int = 4 << 20
     max_tokens: int | None = None  # per request; None: the model's context length
     daemon: dict | None = None  # a background engine's own state (hsedit/daemon.py), for /health
+    dtype: str | None = None  # the target's dtype as it runs, and whether vLLM's compiled mode runs it
+    compiled: bool | None = None
 
 
 def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
@@ -96,8 +98,7 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
         target = engine.drafter_target
         daemon = settings.daemon and {**settings.daemon, "idle_s": round(worker.idle_seconds(), 1)}
         return Health(model=settings.served_model, drafter=settings.drafter, waiting=worker.waiting,
-                      running=worker.running, dtype=engine.options.resolved_dtype, compiled=engine.options.compile,
-                      daemon=daemon,
+                      running=worker.running, dtype=settings.dtype, compiled=settings.compiled, daemon=daemon,
                       dspark_target=DrafterTargetBody(**target.as_dict()) if target else None)
 
     @app.get("/metrics")

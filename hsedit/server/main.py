@@ -61,7 +61,7 @@ def server_settings(
     )
     settings = ServerSettings(
         served_model=options.model or "embedded", drafter=options.drafter, api_key=api_key, max_queue=max_queue,
-        max_body_bytes=max_body_bytes, max_tokens=max_tokens,
+        max_body_bytes=max_body_bytes, max_tokens=max_tokens, dtype=options.resolved_dtype, compiled=options.compile,
     )
     return options, settings
 
