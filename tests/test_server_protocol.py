@@ -31,7 +31,7 @@ EDIT = {"path": "a.py", "code": "x = 1\n", "instruction": "set x to 2"}
 def parse(body, limit=512, model=ChatCompletionRequest):
     """As the server reads a body: its JSON text, validated, then made a generation."""
     validated = schema.parse(model, json.dumps(body), max_tokens_limit=limit)
-    return openai_api.chat_request(validated, served_model="embedded", max_tokens_limit=limit)
+    return openai_api.openai_job(validated, served_model="embedded", max_tokens_limit=limit)
 
 
 def refusal(model, body, limit=512) -> str:

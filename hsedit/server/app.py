@@ -124,7 +124,7 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
 
     async def _openai_completion(request: Request, body: ChatCompletionRequest | CompletionRequest) -> Response:
         try:
-            chat = openai_api.chat_request(body, served_model=settings.served_model, max_tokens_limit=max_tokens_limit)
+            chat = openai_api.openai_job(body, served_model=settings.served_model, max_tokens_limit=max_tokens_limit)
         except UnknownModel as error:
             raise HttpError(404, str(error), "not_found_error") from None
 
@@ -244,7 +244,7 @@ async def _start(worker: EngineWorker, build_request, request: Request) -> Event
     return feed
 
 
-async def _chat_chunks(feed: EventFeed, cid: str, model: str, chat: openai_api.ChatRequest) -> AsyncIterator[str]:
+async def _chat_chunks(feed: EventFeed, cid: str, model: str, chat: openai_api.OpenAIJob) -> AsyncIterator[str]:
     kind = chat.kind
     if kind == openai_api.CHAT:
         yield _sse(openai_api.chunk(cid, model, kind, role="assistant", text=""))

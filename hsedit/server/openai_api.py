@@ -44,7 +44,9 @@ class UnknownModel(LookupError):
 
 
 @dataclass(frozen=True)
-class ChatRequest:
+class OpenAIJob:
+    """A chat completion or a text completion, as the engine runs it."""
+
     messages: list[dict[str, str]] | None  # chat completions; None for a text completion
     generation: GenerationRequest  # its prompt is filled in by the server (the chat template)
     stream: bool
@@ -64,9 +66,9 @@ class ChatRequest:
         return tokenizer.apply_chat_template(self.messages, tokenize=False, add_generation_prompt=True)
 
 
-def chat_request(
+def openai_job(
     body: ChatCompletionRequest | CompletionRequest, *, served_model: str, max_tokens_limit: int
-) -> ChatRequest:
+) -> OpenAIJob:
     """A validated body (`schema.parse`) as the generation to run."""
     if body.model is not None and body.model != served_model:
         raise UnknownModel(f"the model {body.model!r} is not served here; this server serves {served_model!r}")
@@ -86,7 +88,7 @@ def chat_request(
         seed=body.seed, stop=[body.stop] if isinstance(body.stop, str) else body.stop, prediction=prediction,
     )
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return ChatRequest(messages, generation, body.stream, include_usage, prediction is not None, text_prompt,
+    return OpenAIJob(messages, generation, body.stream, include_usage, prediction is not None, text_prompt,
                        asked is not None)
 
 
