@@ -141,28 +141,40 @@ def finetune_compare(
 ) -> None:
     """The shipping rule: both adapters on the same held-out regions, paired; exit 0 when the
     candidate ships (better overall with 95% confidence, no kind worse beyond its noise, whole
-    files still answered whole), else 1."""
+    files still answered whole, every demo file the shipped adapter answers whole too), else 1."""
     from hsedit.engine.engine import EngineOptions, shared_engine
     from hsedit.engine.provision import DEFAULT_ADAPTER, convert_gguf, default_gguf, merged_model
-    from hsedit.train.finetune.dataset import HELDOUT_FILES, HELDOUT_REGIONS, load
+    from hsedit.train.finetune.dataset import HELDOUT_FILES, HELDOUT_REGIONS, demo_file_examples, load
     from hsedit.train.finetune.evaluate import evaluate_cached
-    from hsedit.train.finetune.shipping import WHOLE_FILE_GUARD, compare, kept_whole, verdict
+    from hsedit.train.finetune.shipping import (
+        DEMO_FILE_GUARD, DEMO_KEPT, WHOLE_FILE_GUARD, WHOLE_KEPT, compare, kept_whole, verdict,
+    )
 
     examples = load(data or HELDOUT_REGIONS, split=None if data else "eval")
     whole_files = load(HELDOUT_FILES, split="eval", per_kind=whole_files_per_kind) if whole_files_per_kind else []
+    demo_files = demo_file_examples()
     base = convert_gguf(default_gguf())
-    results, whole = {}, {}
+    results, whole, demo = {}, {}, {}
     for name, directory in (("shipped", shipped or DEFAULT_ADAPTER), ("candidate", adapter)):
         model = str(merged_model(base, Path(directory)))
         options = EngineOptions(model=model, drafter=COPY)
-        results[name] = evaluate_cached(lambda o=options: shared_engine(o), model, examples, options.resolved_dtype)
-        whole[name] = evaluate_cached(lambda o=options: shared_engine(o), model, whole_files, options.resolved_dtype)
+        def engine(o=options):
+            return shared_engine(o)
+        results[name] = evaluate_cached(engine, model, examples, options.resolved_dtype)
+        whole[name] = evaluate_cached(engine, model, whole_files, options.resolved_dtype)
+        demo[name] = evaluate_cached(engine, model, demo_files, options.resolved_dtype)
     pairs: dict[str, list[tuple[bool, bool]]] = {}
     for example, old, new in zip(examples, results["shipped"], results["candidate"]):
         pairs.setdefault(example.kind, []).append((old.exact, new.exact))
-    guard = [(kept_whole(old.cut_off, old.unchanged_kept), kept_whole(new.cut_off, new.unchanged_kept))
-             for old, new in zip(whole["shipped"], whole["candidate"])]
-    kinds, total = compare(pairs, {WHOLE_FILE_GUARD: guard} if guard else None)
+
+    def kept(scores: dict, at_least: float) -> list[tuple[bool, bool]]:
+        return [(kept_whole(old.cut_off, old.unchanged_kept, at_least),
+                 kept_whole(new.cut_off, new.unchanged_kept, at_least))
+                for old, new in zip(scores["shipped"], scores["candidate"])]
+
+    guard, demo_guard = kept(whole, WHOLE_KEPT), kept(demo, DEMO_KEPT)
+    kinds, total = compare(pairs, {WHOLE_FILE_GUARD: guard} if guard else None,
+                           {DEMO_FILE_GUARD: demo_guard} if demo_guard else None)
     ships, why = verdict(kinds, total)
     should_change = [k for k, e in enumerate(examples) if e.before != e.after]
     rates = {name: {"exact": sum(s.exact for s in scores) / len(scores),
@@ -177,7 +189,8 @@ def finetune_compare(
             typer.echo(f"{name:9} exact {rate['exact']:.1%} · answered unchanged {rate['answered_unchanged']:.1%} "
                        f"of the should-change · cut off {rate['cut_off']:.1%}")
         for k in [*kinds, total]:
-            typer.echo(f"{k.kind:20} n={k.n:3}  {'kept' if k.kind == WHOLE_FILE_GUARD else 'exact'} "
+            measure = "kept" if k.kind in (WHOLE_FILE_GUARD, DEMO_FILE_GUARD) else "exact"
+            typer.echo(f"{k.kind:20} n={k.n:3}  {measure} "
                        f"{k.shipped_exact:3} -> {k.candidate_exact:3}  "
                        f"+{k.wins} -{k.losses}  p_better {k.p_better:.3f}  p_worse {k.p_worse:.3f}"
                        + ("  WORSE" if k.worse else ""))

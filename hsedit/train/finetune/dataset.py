@@ -21,7 +21,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hsedit.train.finetune.edits import FILE_GENERATORS, GENERATORS, Edit, as_snippet_merge, no_change
+from hsedit.edit.intent import Rename, parse_intent
+from hsedit.train.finetune.edits import (
+    FILE_GENERATORS, GENERATORS, Edit, as_snippet_merge, no_change, rename_tokens,
+)
 
 MIN_FILE_LINES, MAX_FILE_LINES = 30, 300
 MIN_CHUNK_LINES, MAX_CHUNK_LINES = 12, 45
@@ -212,6 +215,34 @@ def generate_whole_files(
         return round(limit * no_change_per_limit) if kind == "no_change" else limit
 
     return _whole_file_examples(seed, cap, max_files, files)
+
+
+# This project's demo files and their task file (`make demo`, `hsedit batch`): whole files the
+# shipped adapter answers whole (shipping.DEMO_FILE_GUARD).
+DEMO_DIR = Path(__file__).resolve().parents[3] / "examples"
+
+
+def demo_file_examples(directory: Path = DEMO_DIR) -> list[Example]:
+    """The renames of `directory/tasks.jsonl`, each a whole-file example whose answer is its file
+    renamed token by token; none where the directory is not there (an installed wheel)."""
+    tasks = directory / "tasks.jsonl"
+    if not tasks.is_file():
+        return []
+    examples = []
+    for line in tasks.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        task = json.loads(line)
+        intent = parse_intent(task["instruction"])
+        if not isinstance(intent, Rename) or intent.scope is not None:
+            continue
+        before = (directory / task["path"]).read_text(encoding="utf-8")
+        after = rename_tokens(before, intent.old, intent.new)
+        if after is None or after == before:
+            continue
+        kind = "rename_class" if intent.old[:1].isupper() else "rename_function"
+        examples.append(Example(kind, task["path"], task["instruction"], before, after, None, "eval", "file"))
+    return examples
 
 
 def heldout_whole_files(seed: int = 0, files: Iterable[tuple[str, str]] | None = None) -> list[Example]:
