@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hsedit.edit.intent import Rename, parse_intent
+from hsedit.tasks import task_lines
 from hsedit.train.finetune.edits import (
     FILE_GENERATORS, GENERATORS, Edit, as_snippet_merge, no_change, rename_tokens,
 )
@@ -229,10 +230,9 @@ def demo_file_examples(directory: Path = DEMO_DIR) -> list[Example]:
     if not tasks.is_file():
         return []
     examples = []
-    for line in tasks.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
+    for _, _, task in task_lines(tasks):
+        if not isinstance(task.get("instruction"), str):
             continue
-        task = json.loads(line)
         intent = parse_intent(task["instruction"])
         if not isinstance(intent, Rename) or intent.scope is not None:
             continue
