@@ -26,16 +26,15 @@ from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile
 from hsedit.edit.guard import DEFAULT_MAX_DELETION
 from hsedit.edit.intent import FreeForm, Intent, Rename, parse_intent
-from hsedit.edit.regions import Region, estimated_tokens, group, own_part, pick, splice, units
+from hsedit.edit.regions import REGION_TOKENS, Region, estimated_tokens, group, own_part, pick, splice, units
 from hsedit.edit.validate import CHECKED_SUFFIXES
 from hsedit.engine.requests import StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import ContextTooLongError, HseditError, OutputTruncatedError, UsageError
 
 # A region whose answer fails its check, is cut off or loses its shape is asked again this many
-# times: first as its single units where it holds several, then sampled (all its sampled
-# attempts in one round). Four, measured against two and eight (docs/check.md): on held-out
-# renames in small files 10 right of 18 against 6 (8: 11), in large ones the same 5 of 16.
+# times: first cut finer where it can be (`finer_regions`), then sampled (all its sampled
+# attempts in one round). Four, measured against two and eight (docs/check.md).
 RETRIES = 4
 RETRY_TEMPERATURE = 0.7
 # `auto` keeps a free-form edit whole while the file, twice over, fits the default model's context.
@@ -251,14 +250,14 @@ def _keyed(on_step, sent):
 
 
 def _retry_parts(plans: dict[int, EditPlan], waiting: list[tuple[int, Part]]) -> list[tuple[int, Part]]:
-    """The requests of the next round: a failed region of several units is asked again as its
-    units (each smaller request is a part of its own from then on); a single unit as it is."""
+    """The requests of the next round: a failed region that can be cut finer is asked again as
+    the pieces of it the intent needs (each a part of its own from then on, the rest of its lines
+    kept as they are); one that cannot, as it is."""
     out = []
     for index, part in waiting:
         plan = plans[index]
-        region = part.region
-        pieces = units_of(plan.job.source.text, region)
-        if part.attempts == 1 and len(pieces) > 1:
+        pieces = finer_regions(plan.job.source.text, part.region, plan.intent)
+        if pieces:
             position = plan.parts.index(part)
             new_parts = [_region_part(plan.job, piece) for piece in pieces]
             for new in new_parts:
@@ -271,10 +270,21 @@ def _retry_parts(plans: dict[int, EditPlan], waiting: list[tuple[int, Part]]) ->
     return out
 
 
-def units_of(text: str, region: Region) -> list[Region]:
-    """The region's units, each a region of its own."""
-    inside = [u for u in units(text) if region.start <= u.start and u.end <= region.end]
-    return [Region(u.start, u.end, u.head, u.parent, region.lines) for u in inside]
+# The budgets a failed region is cut at, coarsest first: its units as the file was cut, then
+# pieces of about 15 lines, then single statements (each under the headers it sits in). The
+# smaller the text shown, the more often the small model is right (docs/check.md).
+RETRY_BUDGETS = (REGION_TOKENS, 150, 0)
+
+
+def finer_regions(text: str, region: Region, intent: Intent) -> list[Region] | None:
+    """The region cut at the first of RETRY_BUDGETS that splits it: the pieces the intent needs,
+    each a region of its own. None when no budget splits it or the intent needs none of them."""
+    for budget in RETRY_BUDGETS:
+        inside = [u for u in units(text, budget) if region.start <= u.start and u.end <= region.end]
+        if len(inside) > 1:
+            needed = pick(text, intent, inside)
+            return [Region(u.start, u.end, u.head, u.parent, region.lines) for u in needed] or None
+    return None
 
 
 def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:

@@ -5,7 +5,7 @@ hsedit/scope.py, not the model."""
 
 from pathlib import Path
 
-from hsedit.apply import FENCE_STOP, EditJob, GeneratedEdit
+from hsedit.apply import EditJob, GeneratedEdit
 from hsedit.edit.files import SourceFile
 from hsedit.engine.requests import Generation, GenerationRequest
 from hsedit.engine.stats import RequestStats
@@ -26,19 +26,21 @@ class UnchangedAnswers:
         self.renaming_seeds = renaming_seeds
         self.rounds: list[tuple[float, int]] = []  # (temperature, requests) per generate call
         self.seeds: list[list[int | None]] = []  # each round's seeds, job by job
+        self.shown: list[list[str]] = []  # each round's shown texts, job by job
 
     def generate(self, jobs, *, max_tokens=None, temperature=0.0, seed=None, max_in_flight=1, on_step=None):
         jobs = list(jobs)
         self.rounds.append((temperature, len(jobs)))
         self.seeds.append([job.seed_in(seed) for job in jobs])
+        self.shown.append([job.source.text for job in jobs])
         for index, job in enumerate(jobs):
             stats = RequestStats(prompt_tokens=1)
             stats.finish_reason = "stop"
-            text = job.source.text.removesuffix("\n") + "\n"
+            text = job.source.text.removesuffix("\n")  # as the model copies it: the stop takes the last newline
             if temperature > 0 and self.seeds[-1][index] in self.renaming_seeds:
                 text = text.replace("total_0", "first_total")
             yield GeneratedEdit(index, GenerationRequest(prompt="", max_tokens=max_tokens or 256, temperature=temperature),
-                                Generation(text=text.removesuffix(FENCE_STOP), stats=stats))
+                                Generation(text=text, stats=stats))
 
 
 def run(sampled_retries: bool, source: str = SOURCE, runner: UnchangedAnswers | None = None):
@@ -48,22 +50,32 @@ def run(sampled_retries: bool, source: str = SOURCE, runner: UnchangedAnswers | 
     return runner.rounds, result
 
 
-def test_a_failing_region_is_asked_again_as_its_units_then_sampled():
-    rounds, result = run(sampled_retries=True)
-    # each unit has had its first answer (the region's) and its own: the rest of its attempts sampled
-    assert rounds == [(0.0, 1), (0.0, 2), (RETRY_TEMPERATURE, 2 * (RETRIES - 1))]
+def test_a_failing_region_is_asked_again_cut_finer_then_sampled():
+    runner = UnchangedAnswers()
+    rounds, result = run(True, runner=runner)
+    # the region, then its two units, then the two statements of each that use the name (the
+    # other two never sent), then each statement's attempts left, sampled
+    assert rounds == [(0.0, 1), (0.0, 2), (0.0, 4), (RETRY_TEMPERATURE, 4 * (RETRIES - 2))]
+    assert all("total_1" not in shown.split(":", 1)[1] for shown in runner.shown[2])
     assert result.refusal() is not None and result.refusal().exit_code == 11
 
 
-def test_without_sampled_retries_only_the_units_are_asked_again():
+def test_without_sampled_retries_only_the_finer_cuts_are_asked_again():
     rounds, result = run(sampled_retries=False)
-    assert rounds == [(0.0, 1), (0.0, 2)]
+    assert rounds == [(0.0, 1), (0.0, 2), (0.0, 4)]
     assert result.refusal() is not None and result.refusal().exit_code == 11
-    assert [r["attempts"] for r in result.regions] == [2, 2]
+    assert [r["attempts"] for r in result.regions] == [3, 3, 3, 3]
 
 
-# One function: a region of one unit, so all its retries are sampled.
-ONE_UNIT = SOURCE.split("\n\n\n")[0] + "\n"
+def test_lines_of_a_region_that_need_no_change_are_kept_when_it_is_cut():
+    runner = UnchangedAnswers()
+    _, result = run(True, runner=runner)
+    assert [r["lines"] for r in result.regions] == [[1, 2], [5, 5], [8, 9], [12, 14]]  # the last takes the blank lines after it
+    assert result.new_text == SOURCE  # every answer unchanged: nothing else moved either
+
+
+# One function of one statement: a region that cannot be cut, so all its retries are sampled.
+ONE_UNIT = "def step_0(items):\n    return items[0] + total_0\n"
 
 
 def test_a_single_unit_asks_all_its_sampled_attempts_in_one_round():
