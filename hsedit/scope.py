@@ -34,8 +34,9 @@ from hsedit.errors import ContextTooLongError, HseditError, OutputTruncatedError
 
 # A region whose answer fails its check, is cut off or loses its shape is asked again this many
 # times: first cut finer where it can be (`finer_regions`), then sampled (all its sampled
-# attempts in one round). Four, measured against two and eight (docs/check.md).
-RETRIES = 4
+# attempts in one round). Six, measured against four (docs/check.md): each finer cut takes an
+# attempt, and the sampled ones left after them still make renames right.
+RETRIES = 6
 RETRY_TEMPERATURE = 0.7
 # `auto` keeps a free-form edit whole while the file, twice over, fits the default model's context.
 WHOLE_FILE_TOKENS = 3000
