@@ -292,7 +292,7 @@ def judge(
         completion=completion,
         new_text=restored,
         diff=unified_diff(job.source.original, restored, job.display_path),
-        validation=validate(job.source.path, new_text),
+        validation=validate(job.source.path, new_text, job.source.text),
         guard=check_answer(job.source.text, new_text, job.instruction, max_deletion=max_deletion),
         check=check_intent(job.source.path, job.source.text, new_text, intent),
         stats=stats,

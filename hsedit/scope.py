@@ -27,7 +27,7 @@ from hsedit.edit.files import SourceFile
 from hsedit.edit.guard import DEFAULT_MAX_DELETION
 from hsedit.edit.intent import FreeForm, Intent, Rename, parse_intent
 from hsedit.edit.regions import REGION_TOKENS, Region, estimated_tokens, group, own_part, pick, splice, units
-from hsedit.edit.validate import CHECKED_SUFFIXES
+from hsedit.edit.validate import CHECKED_SUFFIXES, validate
 from hsedit.engine.requests import StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import ContextTooLongError, HseditError, OutputTruncatedError, UsageError
@@ -313,11 +313,23 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
     if new_own is None:
         part.problem = f"the answer for {part.region.label} does not keep the head it was shown"
         return
+    if not _parses_in_place(plan.job, part.region, new_own):
+        # Lines moved into or out of their block parse on their own, under their head, but not
+        # between their neighbours: spliced, they would fail the whole edit. Asked again instead.
+        part.problem = f"the answer for {part.region.label} does not parse where it goes"
+        return
     part.truncated_at = None
     part.new_own = new_own
     part.verdict = check_intent(plan.job.source.path, shown, new_shown, plan.intent, attributes_follow=plan.follow)
     part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None
     part.final = part.problem is None
+
+
+def _parses_in_place(job: EditJob, region: Region, new_own: str) -> bool:
+    """Whether the file still parses, as `hsedit apply` validates it, with the region's lines
+    replaced by `new_own` (both parses of the largest held-out file take 6 ms)."""
+    text = job.source.text
+    return validate(job.source.path, splice(text, [(region, new_own)]), text).ok
 
 
 def _finish(plan: EditPlan, max_deletion: float, max_tokens: int | None) -> EditResult | HseditError:

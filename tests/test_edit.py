@@ -62,19 +62,48 @@ def test_final_newline_follows_the_original():
 
 # -- validation ----------------------------------------------------------------------------
 def test_python_is_parsed_other_files_are_not_checked():
-    assert validate("a.py", CODE).ok
-    broken = validate("a.py", "def f(x:\n    return x\n")
+    assert validate("a.py", CODE, CODE).ok
+    broken = validate("a.py", "def f(x:\n    return x\n", CODE)
     assert not broken.ok and broken.checked and "line" in broken.message
-    other = validate("notes.txt", "anything (")
+    other = validate("notes.txt", "anything (", "anything")
     assert other.ok and not other.checked
 
 
 def test_an_unclosed_bracket_is_reported_at_its_line():
-    clean = validate("a.py", "x = 1\n")
+    clean = validate("a.py", "x = 1\n", "x = 0\n")
     assert clean.ok and clean.checked and clean.message == ""
-    broken = validate("a.py", "x = 1\ny = (2,\n")
+    broken = validate("a.py", "x = 1\ny = (2,\n", "x = 0\n")
     assert not broken.ok and broken.checked and broken.language == "python"
     assert broken.message == "syntax error at line 2, column 1"  # where the unclosed statement starts
+
+
+# tree-sitter parses both of these; Python refuses to import either.
+MISINDENTED = {
+    "def f(items):\n    a = 1\n    b = 2\n        return a\n": "indentation error at line 4: unexpected indent",
+    "def f(items):\n        a = 1\n    b = 2\n": "indentation error at line 3: unindent does not match any outer indentation level",
+}
+
+
+def test_a_misindented_python_file_does_not_validate():
+    original = "def f(items):\n    a = 1\n    b = 2\n    return a\n"
+    for text, message in MISINDENTED.items():
+        result = validate("a.py", text, original)
+        assert not result.ok and result.message == message
+
+
+def test_syntax_this_python_cannot_read_is_left_to_tree_sitter_where_the_original_has_it():
+    # a file Python cannot parse to begin with (here: Python 2): its own parser has no say
+    legacy = "def f(items):\n    print 'a'\n    return items\n"
+    assert validate("a.py", legacy.replace("items", "values"), legacy).ok
+    assert not validate("a.py", legacy.replace("items", "values"), "x = 1\n").ok
+
+
+def test_an_invalid_escape_is_valid_python_whatever_the_warning_filters():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as under `python -W error`: Python warns on every parse of it
+        assert validate("a.py", 'PATTERN = "\\d+"\n', 'PATTERN = "[0-9]+"\n').ok
 
 
 # -- diff ----------------------------------------------------------------------------------

@@ -74,6 +74,9 @@ def test_lines_of_a_region_that_need_no_change_are_kept_when_it_is_cut():
     assert result.new_text == SOURCE  # every answer unchanged: nothing else moved either
 
 
+# One function of four statements, two of which use the name.
+ONE_FUNCTION = SOURCE.split("\n\n\n")[0] + "\n"
+
 # One function of one statement: a region that cannot be cut, so all its retries are sampled.
 ONE_UNIT = "def step_0(items):\n    return items[0] + total_0\n"
 
@@ -95,3 +98,27 @@ def test_the_sampled_copy_that_passes_is_the_answer():
     assert result.refusal() is None
     assert "first_total" in result.new_text and "total_0" not in result.new_text
     assert [r["attempts"] for r in result.regions] == [1 + RETRIES]
+
+
+class MisindentedAnswers(UnchangedAnswers):
+    """Answers the first round unchanged; the second (the function's statements, each under its
+    `def` line) renamed but indented one level too deep: each answer parses on its own and passes
+    the rename check, and the spliced file would not parse. Later rounds answer right."""
+
+    def generate(self, jobs, **kwargs):
+        for done in super().generate(jobs, **kwargs):
+            text = done.generation.text
+            if len(self.rounds) > 1:
+                text = text.replace("total_0", "first_total")
+            if len(self.rounds) == 2:
+                head, *body = text.splitlines()
+                text = "\n".join([head, *("    " + line for line in body)])
+            yield GeneratedEdit(done.index, done.request, Generation(text=text, stats=done.generation.stats))
+
+
+def test_an_answer_that_does_not_parse_where_it_goes_is_asked_again():
+    runner = MisindentedAnswers()
+    rounds, result = run(True, ONE_FUNCTION, runner)
+    assert len(rounds) == 3  # the region, its statements misindented, its statements again (sampled)
+    assert result.refusal() is None, result.refusal()
+    assert result.new_text == ONE_FUNCTION.replace("total_0", "first_total")

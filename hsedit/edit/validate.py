@@ -1,4 +1,7 @@
-"""Does the new text parse? tree-sitter for the languages we ship a grammar for."""
+"""Does the new text parse? tree-sitter for the languages we ship a grammar for, and for Python
+also Python's own parser wherever it reads the original: tree-sitter's grammar is lenient about
+indentation (a line indented too deep, or dedented to no enclosing level, parses), and a file
+Python refuses to import is as broken as one with an unbalanced bracket."""
 
 from __future__ import annotations
 
@@ -31,17 +34,42 @@ def parser(language: str = "python"):
     return Parser(Language(grammars[language]()))
 
 
-def validate(path: str | Path, text: str) -> Validation:
+def validate(path: str | Path, text: str, original: str) -> Validation:
+    """Whether `text`, the new version of `original`, parses. Python's own parser is asked only
+    where it reads `original`: a file written for a newer Python than hsedit's is not refused
+    for syntax this one does not know."""
     language = CHECKED_SUFFIXES.get(Path(path).suffix.lower())
     if language is None:
         return Validation(None, True, f"no syntax check for {Path(path).suffix or 'this file type'}")
     tree = parser(language).parse(text.encode("utf-8"))
     problem = _first_problem(tree.root_node)
-    if problem is None:
-        return Validation(language, True)
-    line, column = problem.start_point
-    kind = f"missing {problem.type}" if problem.is_missing else "syntax error"
-    return Validation(language, False, f"{kind} at line {line + 1}, column {column + 1}")
+    if problem is not None:
+        line, column = problem.start_point
+        kind = f"missing {problem.type}" if problem.is_missing else "syntax error"
+        return Validation(language, False, f"{kind} at line {line + 1}, column {column + 1}")
+    if language == "python" and _python_error(original) is None:
+        error = _python_error(text)
+        if error is not None:
+            return Validation(language, False, error)
+    return Validation(language, True)
+
+
+def _python_error(text: str) -> str | None:
+    """What this Python's parser says is wrong with `text` (None: it parses). Only parsed, never
+    compiled or run; its warnings (invalid escapes) are not the user's business here."""
+    import ast
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(text, "<hsedit>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        kind = "indentation error" if isinstance(error, IndentationError) else "syntax error"
+        return f"{kind} at line {error.lineno}: {error.msg}"
+    except (ValueError, RecursionError, MemoryError):
+        return None  # a null byte, or nesting too deep for this parser: tree-sitter's word stands
+    return None
 
 
 def _first_problem(node):

@@ -97,7 +97,7 @@ def score(example: Example, output: str, cut_off: bool = False) -> Score:
     for block in difflib.SequenceMatcher(a=target, b=produced, autojunk=False).get_matching_blocks():
         kept.update(i for i in range(block.a, block.a + block.size) if i in unchanged)
     path = example.path if example.path.endswith(".py") else example.path + ".py"
-    parses = validate(path, output).ok  # the parser `hsedit apply` validates with
+    parses = validate(path, output, example.before).ok  # as `hsedit apply` validates
     return Score(
         check=check_edit(path, example.before, output, example.instruction, example.update).ok,
         exact=output == example.after,
