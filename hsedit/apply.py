@@ -18,6 +18,7 @@ from hsedit.edit.guard import DEFAULT_MAX_DELETION, GuardVerdict, check_answer
 from hsedit.edit.intent import Intent, answer_growth_bound, parse_intent
 from hsedit.edit.prompt import CLOSING_FENCE, ApplyPrompt
 from hsedit.edit.validate import Validation, validate
+from hsedit.engine.repetition import REPETITION
 from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import (
@@ -154,7 +155,7 @@ def edit_request(
     # The file is the answer's reference (a Predicted Output): the copy drafter trusts its copies
     # as an edit's from the first step, where general text's would be cut short.
     return GenerationRequest(prompt_ids, max_tokens=min(budget, room), temperature=temperature, seed=seed,
-                             stop=[FENCE_STOP], prediction=file_ids)
+                             stop=[FENCE_STOP], prediction=file_ids, stop_repeating=True)
 
 
 def answer_budget(intent: Intent, text: str, file_tokens: int) -> int:
@@ -163,6 +164,9 @@ def answer_budget(intent: Intent, text: str, file_tokens: int) -> int:
     if growth is None:
         return int(file_tokens * ANSWER_GROWTH) + ANSWER_SLACK_TOKENS
     return file_tokens + growth + BOUNDED_SLACK_TOKENS
+
+
+LOOP_ADVICE = "it kept repeating a block of lines the file does not repeat, and no right answer does that"
 
 
 def cut_off_advice(job: EditJob, asked_max_tokens: int | None) -> str:
@@ -264,6 +268,9 @@ def finish_edit(
             f"the answer was cut off at {request.max_tokens} tokens before the file was complete "
             f"(the file has {len(job.source.text.splitlines())} lines); {cut_off_advice(job, asked_max_tokens)}"
         )
+    if generation.stats.finish_reason == REPETITION:
+        raise OutputTruncatedError(f"the answer was stopped after {generation.stats.completion_tokens} tokens: "
+                                   f"{LOOP_ADVICE}")
     # Generation stops on the closing fence and leaves it out; put it back for the extractor.
     answer = generation.text + (FENCE_STOP if generation.stats.finish_reason == "stop" else "")
     extracted = extract_file(answer, job.source.text)

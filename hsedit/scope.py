@@ -19,7 +19,17 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
-from hsedit.apply import FENCE_STOP, EditJob, EditResult, EditRunner, GeneratedEdit, cut_off_advice, finish_edit, judge
+from hsedit.apply import (
+    FENCE_STOP,
+    LOOP_ADVICE,
+    EditJob,
+    EditResult,
+    EditRunner,
+    GeneratedEdit,
+    cut_off_advice,
+    finish_edit,
+    judge,
+)
 from hsedit.config import AUTO, FILE, REGIONS
 from hsedit.edit.check import CheckVerdict, Source, attributes_follow, check_intent
 from hsedit.edit.extract import extract_file
@@ -28,6 +38,7 @@ from hsedit.edit.guard import DEFAULT_MAX_DELETION
 from hsedit.edit.intent import FreeForm, Intent, Rename, parse_intent
 from hsedit.edit.regions import REGION_TOKENS, Region, estimated_tokens, group, own_part, pick, splice, units
 from hsedit.edit.validate import CHECKED_SUFFIXES, validate
+from hsedit.engine.repetition import REPETITION
 from hsedit.engine.requests import StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import ContextTooLongError, HseditError, OutputTruncatedError, UsageError
@@ -66,7 +77,8 @@ class Part:
     verdict: CheckVerdict | None = None
     stats: list[RequestStats] = field(default_factory=list)
     problem: str | None = None  # why the last answer is not usable, or failed its check
-    truncated_at: int | None = None
+    truncated_at: int | None = None  # the tokens of an answer cut off (at its budget, or in a loop)
+    looped: bool = False  # the answer cut off was stopped in a loop
     generated: GeneratedEdit | None = None  # the latest generation (or the runner's refusal)
     sample: int = 0  # which of a round's sampled copies of its region this is (0: the region itself)
 
@@ -231,7 +243,7 @@ def _adopt(part: Part, group: list[Part]) -> None:
     """A repeated part takes the first of its sampled copies that passed (else the last one),
     with every copy's attempt and cost counted."""
     chosen = next((c for c in group if c.final and c.problem is None and c.generated.error is None), group[-1])
-    for name in ("answered", "final", "new_own", "verdict", "problem", "truncated_at", "generated"):
+    for name in ("answered", "final", "new_own", "verdict", "problem", "truncated_at", "looped", "generated"):
         setattr(part, name, getattr(chosen, name))
     part.attempts += len(group)
     part.stats += [s for c in group for s in c.stats]
@@ -302,9 +314,10 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
         return
     generation = done.generation
     part.stats.append(generation.stats)
-    if generation.stats.finish_reason == "length":
-        part.truncated_at = done.request.max_tokens
-        part.problem = f"the answer for {part.region.label} was cut off at {done.request.max_tokens} tokens"
+    if generation.stats.finish_reason in ("length", REPETITION):
+        part.truncated_at = generation.stats.completion_tokens
+        part.looped = generation.stats.finish_reason == REPETITION
+        part.problem = f"the answer for {part.region.label} was cut off at {part.truncated_at} tokens"
         return
     answer = generation.text + (FENCE_STOP if generation.stats.finish_reason == "stop" else "")
     shown = part.job.source.text
@@ -318,7 +331,7 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
         # between their neighbours: spliced, they would fail the whole edit. Asked again instead.
         part.problem = f"the answer for {part.region.label} does not parse where it goes"
         return
-    part.truncated_at = None
+    part.truncated_at, part.looped = None, False
     part.new_own = new_own
     part.verdict = check_intent(plan.job.source.path, shown, new_shown, plan.intent, attributes_follow=plan.follow)
     part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None
@@ -344,9 +357,10 @@ def _finish(plan: EditPlan, max_deletion: float, max_tokens: int | None) -> Edit
         cut_off = [p for p in plan.parts if p.truncated_at is not None]
         if cut_off:
             part = cut_off[0]
+            advice = LOOP_ADVICE if part.looped else cut_off_advice(part.job, max_tokens)
             return OutputTruncatedError(
                 f"{job.display_path}: the answer for {part.region.label} was cut off at {part.truncated_at} tokens "
-                f"after {part.attempts} attempts; {cut_off_advice(part.job, max_tokens)}"
+                f"after {part.attempts} attempts; {advice}"
             )
         refused = [p for p in plan.parts if p.generated is not None and p.generated.error is not None]
         if refused:

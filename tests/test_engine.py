@@ -1,5 +1,7 @@
 """The real vLLM engine with the real default model: exactness, streaming, accounting."""
 
+from dataclasses import replace
+
 import pytest
 
 from hsedit.drafting.chain import COPY, TARGET
@@ -85,3 +87,31 @@ def test_a_repeated_prompt_is_counted_as_served_by_the_prefix_cache(plain_engine
     assert first.stats.cached_prompt_tokens < first.stats.prompt_tokens
     assert 0 < again.stats.cached_prompt_tokens < again.stats.prompt_tokens
     assert again.stats.cached_prompt_tokens >= first.stats.prompt_tokens // 2
+
+
+def test_an_edit_answer_caught_in_a_loop_stops_there_and_is_otherwise_the_same(copy_engine):
+    """A held-out region the model answers by repeating a doctest's output block until its budget:
+    asked as `hsedit apply` asks it, the answer stops at the loop (finish reason "repetition"),
+    and up to there it is token for token the answer that runs on."""
+    import json
+    from pathlib import Path
+
+    from hsedit.apply import EditJob, edit_request
+    from hsedit.edit.files import SourceFile
+    from hsedit.engine.repetition import REPETITION, ends_in_loop
+    from hsedit.scope import plan_edit
+    from hsedit.train.finetune.dataset import HELDOUT_RENAMES
+
+    lines = Path(HELDOUT_RENAMES["large"]).read_text().splitlines()
+    example = next(json.loads(line) for line in lines if '"mpmath/matrices/calculus.py"' in line)
+    job = EditJob.for_source(SourceFile.from_text(Path(example["path"]), example["before"]), example["path"],
+                             example["instruction"])
+    part = next(p for p in plan_edit(job).parts if p.region.start == 52)  # expm, docstring and all
+    request = edit_request(copy_engine, part.job)
+    assert request.stop_repeating
+    (stopped,) = copy_engine.generate([request])
+    (ran_on,) = copy_engine.generate([replace(request, stop_repeating=False)])
+    assert stopped.stats.finish_reason == REPETITION and ran_on.stats.finish_reason == "length"
+    assert stopped.stats.completion_tokens < ran_on.stats.completion_tokens == request.max_tokens
+    assert stopped.token_ids == ran_on.token_ids[: len(stopped.token_ids)]
+    assert ends_in_loop(stopped.text, part.job.source.text)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hsedit.apply import EditJob, GeneratedEdit
 from hsedit.edit.files import SourceFile
+from hsedit.engine.repetition import REPETITION
 from hsedit.engine.requests import Generation, GenerationRequest
 from hsedit.engine.stats import RequestStats
 from hsedit.scope import RETRIES, RETRY_TEMPERATURE, generate_edits
@@ -122,3 +123,19 @@ def test_an_answer_that_does_not_parse_where_it_goes_is_asked_again():
     assert len(rounds) == 3  # the region, its statements misindented, its statements again (sampled)
     assert result.refusal() is None, result.refusal()
     assert result.new_text == ONE_FUNCTION.replace("total_0", "first_total")
+
+
+class LoopingAnswers(UnchangedAnswers):
+    """Every answer stopped by the engine in a loop (finish reason "repetition")."""
+
+    def generate(self, jobs, **kwargs):
+        for done in super().generate(jobs, **kwargs):
+            done.generation.stats.finish_reason = REPETITION
+            yield done
+
+
+def test_a_region_stopped_in_a_loop_every_time_is_refused_as_cut_off_and_says_why():
+    rounds, result = run(True, ONE_UNIT, LoopingAnswers())
+    assert rounds == [(0.0, 1), (RETRY_TEMPERATURE, RETRIES)]  # asked again, as any cut-off answer
+    refusal = result.refusal() if not isinstance(result, Exception) else result
+    assert refusal.exit_code == 5 and "kept repeating a block of lines" in str(refusal)

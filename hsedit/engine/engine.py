@@ -19,7 +19,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hsedit.drafting.chain import DSPARK, OWN_DRAFTERS, TARGET, VLLM_BUILTINS, StepRecord, attribute_step, check_drafter
@@ -28,6 +28,7 @@ from hsedit.engine.costs import CostTable, engine_cost_table
 from hsedit.engine.detokenize import IncrementalText
 from hsedit.engine.options import EngineOptions
 from hsedit.engine.provision import DrafterTarget, drafter_target, resolve_drafter, resolve_model
+from hsedit.engine.repetition import REPETITION, ends_in_loop
 from hsedit.engine.requests import Generation, GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.engine.vllm_engine import (
@@ -186,6 +187,9 @@ class Engine:
         stats.started_at = time.perf_counter()
         internal = self.core.add_request(external, {"prompt_token_ids": prompt_ids}, params)
         item = _Tracked(key, internal, stats, IncrementalText(self.tokenizer), self.counts.snapshot())
+        if request.stop_repeating:
+            prediction = request.prediction or ""
+            item.reference = prediction if isinstance(prediction, str) else self.tokenizer.decode(list(prediction))
         if self._running:  # it shares the engine: the engine-wide counts are no longer its own
             item.alone = False
             for other in self._running.values():
@@ -203,6 +207,11 @@ class Engine:
             if item is None:
                 continue
             event = self._event(item, output, now)
+            if item.reference is not None and not event.finished:
+                item.answer += event.text
+                if "\n" in event.text and ends_in_loop(item.answer, item.reference):
+                    self.core.abort_request([output.request_id])
+                    event = self._stopped_in_loop(item, event, now)
             if event.finished:
                 del self._running[output.request_id]
                 self._forget(item)
@@ -330,6 +339,14 @@ class Engine:
             item.key, output.request_id, new_ids, sources, pieces, completion.text, output.finished, step, item.stats
         )
 
+    def _stopped_in_loop(self, item: _Tracked, event: StepEvent, now: float) -> StepEvent:
+        """The request's last event: vLLM has been told to drop it, its answer ends in a loop."""
+        item.stats.finished_at = now
+        item.stats.finish_reason = REPETITION
+        tail = item.text.flush()
+        pieces = event.pieces + ([(tail, event.sources[-1] if event.sources else TARGET)] if tail else [])
+        return replace(event, pieces=pieces, finished=True)
+
     def _attribute(self, item: _Tracked, new_ids: list[int]) -> StepRecord:
         """This step's record for the request, from the proposer where it runs in sight."""
         if self.proposer is not None:
@@ -361,5 +378,7 @@ class _Tracked:
     counts_at_start: SpecCounts
     records: deque[StepRecord] = field(default_factory=deque)
     alone: bool = True  # no other request of this stream ran beside it
+    reference: str | None = None  # with `stop_repeating`: the text a loop is looked for in
+    answer: str = ""  # its answer so far, while a loop is looked for
 
 

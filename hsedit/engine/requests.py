@@ -27,6 +27,9 @@ class GenerationRequest:
     # Text (or token ids) the answer is expected to repeat, as OpenAI's Predicted Outputs: it
     # seeds the copy drafter's index beside the prompt and never changes the output.
     prediction: str | Sequence[int] | None = None
+    # Stop the answer once it ends in a loop (engine/repetition.py) that `prediction` does not
+    # hold, finish reason "repetition": for answers that rewrite a text, where a loop is a runaway.
+    stop_repeating: bool = False
 
 
 @dataclass

@@ -23,6 +23,7 @@ from hsedit.edit.files import SourceFile
 from hsedit.edit.intent import Rename, parse_intent
 from hsedit.edit.validate import validate
 from hsedit.engine.engine import Engine
+from hsedit.engine.repetition import REPETITION
 from hsedit.errors import OutputTruncatedError
 from hsedit.train.finetune.dataset import Example
 
@@ -128,7 +129,7 @@ def evaluate(engine: Engine, examples: Sequence[Example], batch_size: int = 8) -
                 output = finish_edit(job, generation, request).new_text
             except OutputTruncatedError:  # scored as it stands: a cut-off file is simply wrong
                 output = extract_file(generation.text, example.before).text
-            cut_off = generation.stats.finish_reason == "length"
+            cut_off = generation.stats.finish_reason in ("length", REPETITION)
             report = reports.setdefault(example.kind, KindReport(example.kind))
             report.scores.append(score(example, output, cut_off))
     return sorted(reports.values(), key=lambda r: r.kind)
