@@ -340,7 +340,7 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
 
 def _parses_in_place(job: EditJob, region: Region, new_own: str) -> bool:
     """Whether the file still parses, as `hsedit apply` validates it, with the region's lines
-    replaced by `new_own` (both parses of the largest held-out file take 6 ms)."""
+    replaced by `new_own` (about 10 ms for the largest held-out file, 36 KB)."""
     text = job.source.text
     return validate(job.source.path, splice(text, [(region, new_own)]), text).ok
 
