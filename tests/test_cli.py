@@ -214,6 +214,9 @@ def test_ctrl_c_mid_stream_leaves_the_file(heldout, tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "hsedit.cli", "apply", path, instruction, "--write", "--no-spec"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal, text=True,
+        # As a terminal's user runs it: a suite started in the background by a shell inherits
+        # SIGINT ignored, and so would the edit (then it finishes and writes, exit 0).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     os.close(terminal)
     shown = b""
@@ -228,9 +231,8 @@ def test_ctrl_c_mid_stream_leaves_the_file(heldout, tmp_path):
     assert b"wrote" not in shown and process.poll() is None  # frozen mid-stream, nothing written
     process.send_signal(signal.SIGINT)
     process.send_signal(signal.SIGCONT)
-    # Read the terminal as a terminal is read, to its close: a live view refreshed between the
-    # interrupt and its handling would otherwise fill the terminal's buffer and block the process
-    # in its last write (it did once, in the full suite).
+    # Read the terminal to its close, as a terminal is read: a process still writing to it must
+    # never block on a full buffer while the test waits for it.
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if not select.select([controller], [], [], 0.5)[0]:
