@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from hsedit.edit.check import (
     Source,
@@ -173,14 +174,20 @@ def pick(text: str, intent: Intent, cut: Sequence[Unit] | None = None) -> list[U
     For an intent whose reach cannot be told (free form without a name the file has, a snippet
     that matches nowhere) every unit."""
     cut = list(cut if cut is not None else units(text))
-    source = Source(text)
-    touched = _touched_lines(source, intent)
+    touched = _touched_once(text, intent)
     if touched is None:
         return cut
     picked = [u for u in cut if any(u.start <= line < u.end for line in touched)]
     if isinstance(intent, Delete) and picked:
         picked = _with_neighbour(cut, picked)
     return picked
+
+
+@lru_cache(maxsize=8)
+def _touched_once(text: str, intent: Intent) -> frozenset[int] | None:
+    """`_touched_lines` of a file, read once: a failing region's retries pick from it again."""
+    lines = _touched_lines(Source(text), intent)
+    return None if lines is None else frozenset(lines)
 
 
 def _touched_lines(source: Source, intent: Intent) -> set[int] | None:

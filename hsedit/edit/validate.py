@@ -6,7 +6,7 @@ Python refuses to import is as broken as one with an unbalanced bracket."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 CHECKED_SUFFIXES = {".py": "python", ".pyi": "python"}
@@ -47,11 +47,18 @@ def validate(path: str | Path, text: str, original: str) -> Validation:
         line, column = problem.start_point
         kind = f"missing {problem.type}" if problem.is_missing else "syntax error"
         return Validation(language, False, f"{kind} at line {line + 1}, column {column + 1}")
-    if language == "python" and _python_error(original) is None:
+    if language == "python" and _python_reads(original):
         error = _python_error(text)
         if error is not None:
             return Validation(language, False, error)
     return Validation(language, True)
+
+
+@lru_cache(maxsize=8)  # a server validates many files: only the latest few are kept
+def _python_reads(original: str) -> bool:
+    """Whether this Python parses `original`: asked once per file, however many answers for it
+    are validated (a region's every attempt is)."""
+    return _python_error(original) is None
 
 
 def _python_error(text: str) -> str | None:
