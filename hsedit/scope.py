@@ -32,7 +32,7 @@ from hsedit.apply import (
     judge,
 )
 from hsedit.config import AUTO, FILE, REGIONS
-from hsedit.edit.check import CheckVerdict, Source, attributes_follow, check_intent
+from hsedit.edit.check import CheckVerdict, RenameReach, Source, check_intent, rename_reach
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile
 from hsedit.edit.guard import DEFAULT_MAX_DELETION
@@ -103,7 +103,7 @@ class EditPlan:
     intent: Intent
     scope: str
     parts: list[Part]
-    follow: bool | None = None  # a rename's `obj.OLD` must follow (read on the whole file)
+    reach: RenameReach | None = None  # what a rename must follow, read on the whole file
 
 
 def plan_edit(job: EditJob, scope: str = AUTO) -> EditPlan:
@@ -116,9 +116,9 @@ def plan_edit(job: EditJob, scope: str = AUTO) -> EditPlan:
         raise UsageError(f"--scope regions needs a Python file ({job.display_path} is not one)")
     if Source(text).root.has_error:
         raise UsageError(f"{job.display_path} does not parse, so it cannot be cut into regions: use --scope file")
-    follow = attributes_follow(Source(text), intent.old) if isinstance(intent, Rename) and not intent.scope else None
+    reach = rename_reach(Source(text), intent.old) if isinstance(intent, Rename) and not intent.scope else None
     regions = group(text, pick(text, intent, units(text)))
-    return EditPlan(job, intent, REGIONS, [_region_part(job, r) for r in regions], follow)
+    return EditPlan(job, intent, REGIONS, [_region_part(job, r) for r in regions], reach)
 
 
 def _region_part(job: EditJob, region: Region) -> Part:
@@ -341,7 +341,7 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
         return
     part.truncated_at, part.looped = None, False
     part.new_own = new_own
-    part.verdict = check_intent(plan.job.source.path, shown, new_shown, plan.intent, attributes_follow=plan.follow)
+    part.verdict = check_intent(plan.job.source.path, shown, new_shown, plan.intent, reach=plan.reach)
     part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None
     part.final = part.problem is None
 

@@ -128,6 +128,19 @@ def test_a_scoped_rename_touches_only_its_function():
     assert verdict(too_far, "rename total to acc inside total_value").ok is False
 
 
+def test_a_rename_of_an_exported_name_renames_it_in_all():
+    code = '__all__ = ["total_value", "Shelf"]\n__all__.append("total_value")\n' + CODE
+    code_renamed = code.replace("total_value", "inventory_value")
+    assert verdict(code_renamed, "rename total_value to inventory_value", code=code).ok is True
+    kept = code_renamed.replace('__all__.append("inventory_value")', '__all__.append("total_value")')
+    result = verdict(kept, "rename total_value to inventory_value", code=code)
+    assert result.ok is False and "`__all__` still lists `total_value` (line 2)" in result.reason
+    # Renamed in one function only, the module's name stays: so does its entry.
+    local = code.replace("    total = 0\n    for", "    acc = 0\n    for").replace("total += item", "acc += item") \
+        .replace('print("DEBUG", total)', 'print("DEBUG", acc)').replace("return total\n", "return acc\n")
+    assert verdict(local, "rename total to acc inside total_value", code=code).ok is True
+
+
 def test_a_method_rename_must_follow_its_attribute_uses():
     code = CODE
     only_def = code.replace("def count(self)", "def size(self)")

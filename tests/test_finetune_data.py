@@ -255,9 +255,19 @@ def test_whole_file_renames_change_every_use_and_nothing_else(what):
 
 
 def test_whole_file_renames_skip_names_that_a_string_spells_as_code():
-    exported = '__all__ = ["clamp", "fill"]\n' + WHOLE_FILE
+    looked_up = WHOLE_FILE + '\n\nHOOKS = [getattr(sys.modules[__name__], "clamp"), getattr(sys.modules[__name__], "fill")]\n'
     for seed in range(12):  # clamp and fill are the only functions used often enough to rename
-        assert edits.rename_everywhere(exported, random.Random(seed), "function") is None
+        assert edits.rename_everywhere(looked_up, random.Random(seed), "function") is None
+
+
+def test_whole_file_renames_rename_the_names_in_all():
+    exported = '__all__ = ["clamp", "fill"]\n' + WHOLE_FILE
+    for seed in range(12):
+        edit = edits.rename_everywhere(exported, random.Random(seed), "function")
+        head, body = edit.after.split("\n", 1)
+        old, new = assert_renamed_everywhere(WHOLE_FILE, body)
+        assert head == f'__all__ = ["clamp", "fill"]'.replace(f'"{old}"', f'"{new}"')
+        assert old in ("clamp", "fill")
 
 
 def test_whole_file_renames_are_asked_for_in_many_ways():

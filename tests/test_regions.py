@@ -56,6 +56,12 @@ def test_a_rename_picks_the_units_that_use_the_name_and_only_those():
     assert [u.start for u in pick(text, parse_intent("rename Base to Root"))] == [0]
 
 
+def test_a_rename_picks_the_names_entry_in_all():
+    text = '__all__ = ["Base", "Store"]\nVERSION = 1\n\n\nclass Base:\n    pass\n'
+    assert [u.start for u in pick(text, parse_intent("rename Base to Root"))] == [0, 4]
+    assert [u.start for u in pick(text, parse_intent("rename VERSION to RELEASE"))] == [1]
+
+
 def test_a_region_that_is_not_picked_never_changes():
     text = BIG_CLASS
     regions = regions_for(text, parse_intent("rename the function use to apply_store"))

@@ -139,3 +139,32 @@ def test_a_region_stopped_in_a_loop_every_time_is_refused_as_cut_off_and_says_wh
     assert rounds == [(0.0, 1), (RETRY_TEMPERATURE, RETRIES)]  # asked again, as any cut-off answer
     refusal = result.refusal() if not isinstance(result, Exception) else result
     assert refusal.exit_code == 5 and "kept repeating a block of lines" in str(refusal)
+
+
+class IdentifierRenames(UnchangedAnswers):
+    """Renames `total_0` where it is code and, when `strings_too`, in strings as well."""
+
+    def __init__(self, strings_too: bool) -> None:
+        super().__init__()
+        self.strings_too = strings_too
+
+    def generate(self, jobs, **kwargs):
+        for done in super().generate(jobs, **kwargs):
+            text = done.generation.text.replace("total_0", "first_total")
+            if not self.strings_too:
+                text = text.replace('"first_total"', '"total_0"')
+            yield GeneratedEdit(done.index, done.request, Generation(text=text, stats=done.generation.stats))
+
+
+EXPORTED = '__all__ = ["total_0", "step_1"]\n\n\n' + SOURCE
+
+
+def test_an_all_entry_left_behind_is_asked_again_and_refused():
+    rounds, result = run(True, EXPORTED, IdentifierRenames(strings_too=False))
+    # The `__all__` line alone names no code, yet is judged as the whole file's rename: asked
+    # until its attempts run out, not passed as prose.
+    assert result.regions[0]["lines"] == [1, 1] and result.regions[0]["attempts"] == 1 + RETRIES
+    assert result.refusal() is not None and result.refusal().exit_code == 11
+    assert "`__all__` still lists `total_0`" in str(result.refusal())
+    _, right = run(True, EXPORTED, IdentifierRenames(strings_too=True))
+    assert right.refusal() is None and right.new_text == EXPORTED.replace("total_0", "first_total")

@@ -9,7 +9,8 @@ token streams (tree-sitter, so layout never matters) against what that instructi
                   (`f(old=1)`), import paths, strings and comments may follow the rename or not
                   (whether `obj.old` is the same thing cannot be told from one file) — but where
                   `old` is a member (a method or class attribute) attribute uses must follow, and
-                  where it occurs only as attributes those are the uses.
+                  where it occurs only as attributes those are the uses. Where the module's own
+                  name is renamed, its entries in `__all__` must follow.
     set constant  the one assignment to the name gets the value (compared as a Python literal);
                   nothing else changed.
     delete        the one function or class of that name is gone (decorators and the comments
@@ -258,10 +259,10 @@ def check_edit(path: str | Path, original: str, answer: str, instruction: str, u
 
 
 def check_intent(
-    path: str | Path, original: str, answer: str, intent: Intent, *, attributes_follow: bool | None = None
+    path: str | Path, original: str, answer: str, intent: Intent, *, reach: RenameReach | None = None
 ) -> CheckVerdict:
-    """The verdict on `answer` for a parsed intent. `attributes_follow` (a rename judged on a region
-    of a file): whether `obj.OLD` must follow the rename, as `attributes_follow(whole file)` says."""
+    """The verdict on `answer` for a parsed intent. `reach` (a rename judged on a region of a
+    file): what the rename must follow, as `rename_reach(whole file)` says."""
     suffix = Path(path).suffix.lower()
     if CHECKED_SUFFIXES.get(suffix) != "python":
         return unchecked(f"no instruction check for {suffix or 'this file type'} files")
@@ -272,7 +273,7 @@ def check_intent(
     old, new = Source(original), Source(answer)
     match intent:
         case Rename():
-            return check_rename(old, new, intent.old, intent.new, intent.scope, attributes_follow)
+            return check_rename(old, new, intent.old, intent.new, intent.scope, reach)
         case SetConstant():
             return check_set_constant(old, new, intent.name, [intent.value])
         case Delete():
@@ -295,12 +296,12 @@ FREE_TEXT = ("string", "string_part", "comment", "text")
 
 
 def check_rename(
-    old: Source, new: Source, name: str, replacement: str, scope: str | None = None, follow: bool | None = None
+    old: Source, new: Source, name: str, replacement: str, scope: str | None = None, reach: RenameReach | None = None
 ) -> CheckVerdict:
     kind = "rename"
     if not scope:
-        follow = attributes_follow(old, name) if follow is None else follow
-        return _check_rename_in(old, new, name, replacement, None, [(0, len(old.data))], follow)
+        reach = rename_reach(old, name) if reach is None else reach
+        return _check_rename_in(old, new, name, replacement, None, [(0, len(old.data))], reach)
     scopes = _definitions(old, scope, ("function_definition", "class_definition"))
     if not scopes:
         if _same(old, new):
@@ -308,8 +309,23 @@ def check_rename(
         return CheckVerdict(kind, False, f"there is no `{scope}` in the file, yet the answer changes it ({first_difference(old, new)})")
     # Several definitions of that name: the answer is right if it is right for one of them.
     mentioning = [n for n in scopes if re.search(rf"\b{re.escape(name)}\b", old.node_text(n))] or scopes[:1]
-    verdicts = [_check_rename_in(old, new, name, replacement, scope, [(n.start_byte, n.end_byte)], False) for n in mentioning]
+    verdicts = [_check_rename_in(old, new, name, replacement, scope, [(n.start_byte, n.end_byte)], RenameReach(False, False))
+                for n in mentioning]
     return next((v for v in verdicts if v.ok), verdicts[0])
+
+
+@dataclass(frozen=True)
+class RenameReach:
+    """What an unscoped rename of a name must follow besides its bare uses, read on the whole file
+    (a region alone cannot tell)."""
+
+    attributes: bool  # `obj.OLD` is a use (`attributes_follow`)
+    exports: bool  # the module's own name is renamed, so its `__all__` entries must follow
+
+
+def rename_reach(source: Source, name: str) -> RenameReach:
+    names = any(t.kind == "identifier" and t.text == name and t.role == "name" for t in source.tokens)
+    return RenameReach(attributes_follow(source, name), names)
 
 
 def attributes_follow(source: Source, name: str) -> bool:
@@ -320,7 +336,7 @@ def attributes_follow(source: Source, name: str) -> bool:
 
 
 def _check_rename_in(
-    old: Source, new: Source, name: str, replacement: str, scope: str | None, ranges, follow: bool
+    old: Source, new: Source, name: str, replacement: str, scope: str | None, ranges, reach: RenameReach
 ) -> CheckVerdict:
     kind = "rename"
     where = f" in {scope}" if scope else ""
@@ -334,9 +350,10 @@ def _check_rename_in(
         return CheckVerdict(kind, False, f"`{name}` does not occur{where}, yet the answer changes the file ({first_difference(old, new)})")
     names = [i for i in in_scope if old.tokens[i].role == "name"]
     attributes = [i for i in in_scope if old.tokens[i].role == "attribute"]
-    required = set(names) | (set(attributes) if follow else set())
+    required = set(names) | (set(attributes) if reach.attributes else set())
     free = set(in_scope) - required
-    if not required and _same(old, new):
+    exported = {old.span(n)[0] for n in exported_strings(old, name)} if reach.exports else set()
+    if not required and not exported and _same(old, new):
         return unchecked(f"`{name}` occurs{where} only in strings or comments (line {old.tokens[free_text[0]].line}), "
                          "which a rename may leave as they are", kind)
     # Align the streams with the new name read as the old one, so one missed or extra token
@@ -353,9 +370,15 @@ def _check_rename_in(
             others.append(f"line {old.tokens[min(i1, len(old.tokens) - 1)].line} gains {_describe(new.tokens[j1:j2])}")
         else:
             others.append(f"line {old.tokens[i1].line} changes {_describe(old.tokens[i1:i2])} to {_describe(new.tokens[j1:j2])}")
-    missed, followed = [], []
+    missed, followed, unexported = [], [], []
     for i, j in pairs:
         a, b = old.tokens[i], new.tokens[j]
+        if i in exported:
+            if b.kind == "string" and _literal(b.text) == replacement:
+                continue
+            if a.key == b.key:
+                unexported.append(a.line)
+                continue
         if a.key == b.key:
             if i in required:
                 missed.append(a.line)
@@ -372,6 +395,8 @@ def _check_rename_in(
     if missed:
         lines = ", ".join(str(n) for n in sorted(set(missed))[:5]) + (", ..." if len(set(missed)) > 5 else "")
         problems.append(f"{len(missed)} of {len(required)} uses of `{name}`{where} not renamed (line {lines})")
+    if unexported:
+        problems.append(f"`__all__` still lists `{name}` (line {unexported[0]})")
     if others:
         problems.append(others[0] + ", which the rename does not touch" + (f" (and {len(others) - 1} more)" if len(others) > 1 else ""))
     if problems:
@@ -380,7 +405,32 @@ def _check_rename_in(
         return unchecked(
             f"all {len(required)} uses of `{name}`{where} renamed; line {followed[0].line} also renames the {followed[0].role} "
             f"`{name}`, and whether that is the same thing cannot be told from this file", kind)
-    return CheckVerdict(kind, True, f"all {len(required)} uses of `{name}`{where} renamed to `{replacement}`, nothing else changed")
+    return CheckVerdict(kind, True, f"all {len(required) + len(exported)} uses of `{name}`{where} renamed to `{replacement}`, nothing else changed")
+
+
+def exported_strings(source: Source, name: str) -> list:
+    """The string literals naming `name` in the module's `__all__` (`__all__ = [...]`, `+=`,
+    `.append(...)`, `.extend(...)` at the top level): a rename of the name must rename them, or
+    `from module import *` breaks."""
+    found = []
+    for statement in source.root.named_children:
+        if statement.type != "expression_statement" or not statement.named_children:
+            continue
+        node = statement.named_children[0]
+        if node.type in ("assignment", "augmented_assignment"):
+            target, value = node.child_by_field_name("left"), node.child_by_field_name("right")
+        elif node.type == "call":
+            function = node.child_by_field_name("function")
+            is_list_call = (function is not None and function.type == "attribute"
+                            and function.child_by_field_name("attribute").text in (b"append", b"extend"))
+            target = function.child_by_field_name("object") if is_list_call else None
+            value = node.child_by_field_name("arguments")
+        else:
+            continue
+        if target is None or value is None or target.type != "identifier" or target.text != b"__all__":
+            continue
+        found += [n for n in _walk(value) if n.type == "string" and _literal(source.node_text(n)) == name]
+    return found
 
 
 def _inside_token(token: Tok, ranges: Sequence[tuple[int, int]]) -> bool:

@@ -35,6 +35,7 @@ from hsedit.edit.check import (
     _percent_formats,
     _print_statements,
     _walk,
+    exported_strings,
 )
 from hsedit.edit.check import attributes_follow as _attributes_follow
 from hsedit.edit.intent import (
@@ -210,8 +211,11 @@ def _touched_lines(source: Source, intent: Intent) -> set[int] | None:
         case Rename():
             follow = not scope and _attributes_follow(source, intent.old)
             roles = ("name", "attribute") if follow else ("name",)
-            return {t.line - 1 for t in source.tokens
-                    if t.kind == "identifier" and t.text == intent.old and t.role in roles and inside(t)}
+            lines = {t.line - 1 for t in source.tokens
+                     if t.kind == "identifier" and t.text == intent.old and t.role in roles and inside(t)}
+            if lines and not scope:
+                lines |= node_lines(exported_strings(source, intent.old))
+            return lines
         case SetConstant():
             return node_lines(_assignments(source, intent.name))
         case Delete():

@@ -30,6 +30,7 @@ def finetune_data(
     per_kind: Annotated[int, typer.Option(help="Training examples per edit kind.", min=1)] = 70,
     file_per_kind: Annotated[int, typer.Option(help="Whole-file examples per edit kind (50-200-line files), besides the chunks.", min=0)] = 0,
     region_per_kind: Annotated[int, typer.Option(help="Region examples per edit kind (regions of files of any size, cut and picked as `apply --scope regions` does), besides the chunks.", min=0)] = 0,
+    finer_share: Annotated[float, typer.Option(help="Share of the region edits cut at the finer budgets a failing region is asked again at (pieces of ~15 lines, single statements).", min=0.0, max=1.0)] = 0.0,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
     """Generate instructed edits with exact targets from installed Python source."""
@@ -41,7 +42,7 @@ def finetune_data(
     if file_per_kind:
         examples += generate_whole_files(seed=seed, limit_per_kind=file_per_kind)
     if region_per_kind:
-        examples += generate_regions(seed=seed, limit_per_kind=region_per_kind)
+        examples += generate_regions(seed=seed, limit_per_kind=region_per_kind, finer_share=finer_share)
     save(examples, out)
     counts = Counter((e.split, e.scope, e.kind) for e in examples)
     for (split, scope, kind), n in sorted(counts.items()):

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hsedit.edit.intent import Rename, parse_intent
+from hsedit.edit.regions import REGION_TOKENS
 from hsedit.tasks import task_lines
 from hsedit.train.finetune.edits import (
     FILE_GENERATORS, GENERATORS, Edit, as_snippet_merge, no_change, rename_tokens,
@@ -344,10 +345,15 @@ def generate_regions(
     limit_per_kind: int = 100,
     split: str = "train",
     files: Iterable[tuple[str, str]] | None = None,
+    finer_share: float = 0.0,
 ) -> list[Example]:
     """Region examples of one split: a whole-file edit made by a generator, cut and picked exactly
     as `hsedit apply --scope regions` cuts and picks (`region_examples`), up to `limit_per_kind`
-    examples per edit kind (an edit's regions count for its kind)."""
+    examples per edit kind (an edit's regions count for its kind). A `finer_share` of the edits
+    is cut at one of the finer budgets a failing region is asked again at (`scope.RETRY_BUDGETS`),
+    so the pieces retries send are pieces the model has seen."""
+    from hsedit.scope import RETRY_BUDGETS
+
     rng = random.Random(seed)
     counts: Counter[str] = Counter()
     examples: list[Example] = []
@@ -364,7 +370,10 @@ def generate_regions(
             edit = _whole_file_edit(text, kind, rng)
             if edit is None:
                 continue
-            made = region_examples(edit, relative, split, rng)
+            budget = REGION_TOKENS
+            if finer_share and rng.random() < finer_share:
+                budget = rng.choice(RETRY_BUDGETS[1:])
+            made = region_examples(edit, relative, split, rng, budget)
             if made:
                 counts[kind] += len(made)
                 examples += made
@@ -385,12 +394,13 @@ def _whole_file_edit(text: str, kind: str, rng: random.Random) -> Edit | None:
     return edit if edit is not None and edit.before != edit.after else None
 
 
-def region_examples(edit: Edit, path: str, split: str, rng: random.Random) -> list[Example]:
+def region_examples(edit: Edit, path: str, split: str, rng: random.Random,
+                    budget: int = REGION_TOKENS) -> list[Example]:
     """The regions `hsedit apply` would send for this edit, each with its exact answer (the whole
     file's target, line for line, under the same head), kept only where the instruction check
     passes that answer on the region: what inference asks, what it accepts. Regions the edit does
     not change stay in, answered as they are: inference sends them too (a deletion's neighbour)."""
-    from hsedit.edit.check import Source, attributes_follow, check_intent
+    from hsedit.edit.check import Source, check_intent, rename_reach
     from hsedit.edit.intent import FreeForm, Rename, parse_intent
     from hsedit.edit.regions import regions_for
 
@@ -400,9 +410,9 @@ def region_examples(edit: Edit, path: str, split: str, rng: random.Random) -> li
     before_lines = edit.before.splitlines(keepends=True)
     after_lines = edit.after.splitlines(keepends=True)
     line_map = _line_map(before_lines, after_lines)
-    follow = attributes_follow(Source(edit.before), intent.old) if isinstance(intent, Rename) and not intent.scope else None
+    reach = rename_reach(Source(edit.before), intent.old) if isinstance(intent, Rename) and not intent.scope else None
     made = []
-    regions = regions_for(edit.before, intent)
+    regions = regions_for(edit.before, intent, budget)
     for region in rng.sample(regions, min(REGIONS_PER_EDIT, len(regions))):
         spans = [*region.head, (region.start, region.end)]
         mapped = [_mapped(line_map, a, b) for a, b in spans]
@@ -410,7 +420,7 @@ def region_examples(edit: Edit, path: str, split: str, rng: random.Random) -> li
             continue  # a change straddles the region's edge: no clean answer for it alone
         after = "".join("".join(after_lines[a:b]) for a, b in mapped)
         verdict = check_intent(path if path.endswith(".py") else path + ".py", region.shown, after, intent,
-                               attributes_follow=follow)
+                               reach=reach)
         if verdict.ok is False:
             continue
         made.append(Example(_kind_of(edit), path, edit.instruction, region.shown, after, edit.update, split, "region"))

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hsedit.edit.check import MECHANICAL, MECHANICAL_CONVERSION
+from hsedit.edit.check import MECHANICAL, MECHANICAL_CONVERSION, Source, exported_strings
 
 EXISTING_CODE = "# ... existing code ..."
 
@@ -608,16 +608,25 @@ def _renamable(tree: ast.Module, what: str) -> set[str]:
 CODE_LIKE_STRING = re.compile(r"[\w.\[\],|]+")
 
 
-def _quoted_as_code(tokens: list[tokenize.TokenInfo], name: str) -> bool:
-    """Whether a string that reads as code names `name` (`__all__`, getattr, a forward reference):
-    whether such a string should follow a rename is arguable, so its names are not renamed."""
+def _quoted_as_code(tokens: list[tokenize.TokenInfo], name: str, exempt: frozenset = frozenset()) -> bool:
+    """Whether a string that reads as code names `name` (getattr, a forward reference): whether
+    such a string should follow a rename is arguable, so its names are not renamed. `exempt`:
+    (row, text) of strings the rename handles itself (the `__all__` entries)."""
     word = re.compile(rf"\b{re.escape(name)}\b")
     for tok in tokens:
-        if tok.type == tokenize.STRING:
+        if tok.type == tokenize.STRING and (tok.start[0], tok.string) not in exempt:
             body = tok.string.lstrip("rRbBuU").strip("'\"")
             if CODE_LIKE_STRING.fullmatch(body) and word.search(body):
                 return True
     return False
+
+
+def _renamed_exports(source: str, exported: list, old: str, new: str) -> str:
+    """`source` with the `__all__` entries `exported` (tree-sitter string nodes) naming `new`."""
+    data = source.encode("utf-8")
+    for node in sorted(exported, key=lambda n: n.start_byte, reverse=True):
+        data = data[: node.start_byte] + node.text.replace(old.encode(), new.encode()) + data[node.end_byte :]
+    return data.decode("utf-8")
 
 
 def _has_look_alikes(name: str, identifiers: set[str], prose: str) -> bool:
@@ -654,10 +663,11 @@ def rename_everywhere(source: str, rng: random.Random, what: str) -> Edit | None
         pick = rng.choices(range(len(candidates)), weights)[0]
         old = candidates.pop(pick)
         weights.pop(pick)
-        if _quoted_as_code(tokens, old):
+        exported = exported_strings(Source(source), old)
+        if _quoted_as_code(tokens, old, frozenset((n.start_point[0] + 1, n.text.decode()) for n in exported)):
             continue
         target = new_name(old, identifiers, rng, is_class=what == "class")
-        after = target and rename_tokens(source, old, target)
+        after = target and rename_tokens(_renamed_exports(source, exported, old, target), old, target)
         if not after or old in _all_names(after) or _parse(after) is None:
             continue
         label = ("constant" if old.isupper() else "variable") if what == "variable" else what
