@@ -277,7 +277,9 @@ def report(shelf, verbose=False):
     assert verdict(right, "", update=update).ok is True
     assert verdict(CODE, "", update=update).ok is False
     pasted_beside = CODE.replace("def report(shelf):\n", "def report(shelf, verbose=False):\n    print(\"report: %s items, %.2f value\" % (shelf.count(), shelf.value()))\ndef report(shelf):\n")
-    assert verdict(pasted_beside, "", update=update).ok is not True
+    # Which lines the snippet replaces is not where its first line says: not passed, said why.
+    beside = verdict(pasted_beside, "", update=update)
+    assert beside.ok is None and "which lines of the file they replace" in beside.reason
     with_marker = right.replace("LIMIT = 10\n", "# ... existing code ...\n")
     assert verdict(with_marker, "", update=update).ok is False
     elsewhere = right.replace("LIMIT = 10", "LIMIT = 11")

@@ -86,7 +86,7 @@ def unchecked(reason: str, kind: str | None = None) -> CheckVerdict:
 # -- tokens ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Tok:
-    kind: str  # the tree-sitter leaf type; "string" for a whole literal; "text" for gaps
+    type: str  # the tree-sitter leaf type; "string" for a whole literal; "text" for gaps
     text: str
     line: int  # 1-based
     start: int  # byte offsets in the source
@@ -95,7 +95,7 @@ class Tok:
 
     @property
     def key(self) -> tuple[str, str]:
-        return (self.kind, self.text)
+        return (self.type, self.text)
 
 
 class Source:
@@ -120,9 +120,9 @@ class Source:
 
         return bisect.bisect_left(self._starts, node.start_byte), bisect.bisect_left(self._starts, node.end_byte)
 
-    def _add(self, kind: str, start: int, end: int, line: int, role: str = "") -> None:
+    def _add(self, type_: str, start: int, end: int, line: int, role: str = "") -> None:
         text = self.data[start:end].decode("utf-8", "replace")
-        self.tokens.append(Tok(kind, text, line, start, end, role))
+        self.tokens.append(Tok(type_, text, line, start, end, role))
 
     def _collect(self, node) -> None:
         if node.type == "string":
@@ -141,8 +141,7 @@ class Source:
                 self._add("string_part", position, node.end_byte, line)
             return
         if node.child_count == 0:
-            kind = node.type if node.is_named else "op"
-            self._add(kind, node.start_byte, node.end_byte, node.start_point[0] + 1, _role(node))
+            self._add(node.type if node.is_named else "op", node.start_byte, node.end_byte, node.start_point[0] + 1, _role(node))
             return
         # Text between children that no child covers is a token too: nothing may escape the comparison.
         position, line = node.start_byte, node.start_point[0] + 1
@@ -291,7 +290,7 @@ def check_intent(
 
 # -- rename ----------------------------------------------------------------------------------
 
-# Token kinds a rename may or may not follow into: what they say is prose, not a use.
+# Token types a rename may or may not follow into: what they say is prose, not a use.
 FREE_TEXT = ("string", "string_part", "comment", "text")
 
 
@@ -324,14 +323,14 @@ class RenameReach:
 
 
 def rename_reach(source: Source, name: str) -> RenameReach:
-    names = any(t.kind == "identifier" and t.text == name and t.role == "name" for t in source.tokens)
+    names = any(t.type == "identifier" and t.text == name and t.role == "name" for t in source.tokens)
     return RenameReach(attributes_follow(source, name), names)
 
 
 def attributes_follow(source: Source, name: str) -> bool:
     """Whether `obj.NAME` is a use a rename of NAME must follow: NAME is a member (a method, a
     class attribute, `self.NAME = ...`), or occurs only as attributes."""
-    names = any(t.kind == "identifier" and t.text == name and t.role == "name" for t in source.tokens)
+    names = any(t.type == "identifier" and t.text == name and t.role == "name" for t in source.tokens)
     return not names or _is_member(source, name)
 
 
@@ -340,9 +339,9 @@ def _check_rename_in(
 ) -> CheckVerdict:
     kind = "rename"
     where = f" in {scope}" if scope else ""
-    occurrences = [i for i, t in enumerate(old.tokens) if t.kind == "identifier" and t.text == name]
+    occurrences = [i for i, t in enumerate(old.tokens) if t.type == "identifier" and t.text == name]
     in_scope = [i for i in occurrences if _inside_token(old.tokens[i], ranges)]
-    free_text = [i for i, t in enumerate(old.tokens) if t.kind in FREE_TEXT and _inside_token(t, ranges)
+    free_text = [i for i, t in enumerate(old.tokens) if t.type in FREE_TEXT and _inside_token(t, ranges)
                  and re.search(rf"\b{re.escape(name)}\b", t.text)]
     if not in_scope and not free_text:
         if _same(old, new):
@@ -358,8 +357,8 @@ def _check_rename_in(
                          "which a rename may leave as they are", kind)
     # Align the streams with the new name read as the old one, so one missed or extra token
     # elsewhere does not hide which uses were renamed.
-    taken = any(t.kind == "identifier" and t.text == replacement for t in old.tokens)
-    as_old = [("identifier", name) if not taken and t.kind == "identifier" and t.text == replacement else t.key for t in new.tokens]
+    taken = any(t.type == "identifier" and t.text == replacement for t in old.tokens)
+    as_old = [("identifier", name) if not taken and t.type == "identifier" and t.text == replacement else t.key for t in new.tokens]
     pairs, others = [], []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=old.keys, b=as_old, autojunk=False).get_opcodes():
         if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
@@ -374,7 +373,7 @@ def _check_rename_in(
     for i, j in pairs:
         a, b = old.tokens[i], new.tokens[j]
         if i in exported:
-            if b.kind == "string" and _literal(b.text) == replacement:
+            if b.type == "string" and _literal(b.text) == replacement:
                 continue
             if a.key == b.key:
                 unexported.append(a.line)
@@ -383,7 +382,7 @@ def _check_rename_in(
             if i in required:
                 missed.append(a.line)
             continue
-        if (i in required or i in free) and b.kind == "identifier" and b.text == replacement:
+        if (i in required or i in free) and b.type == "identifier" and b.text == replacement:
             if i in free:
                 followed.append(a)
             continue
@@ -467,7 +466,7 @@ def same_rename(expected: str, answer: str, name: str, replacement: str) -> bool
     for x, y in zip(a, b):
         if x.key == y.key:
             continue
-        if x.kind != y.kind or x.kind not in FREE_TEXT:
+        if x.type != y.type or x.type not in FREE_TEXT:
             return False
         if not (_renamed_words(x.text, y.text, name, replacement) or _renamed_words(y.text, x.text, name, replacement)):
             return False
@@ -583,7 +582,7 @@ def check_delete(old: Source, new: Source, name: str, types: tuple[str, ...]) ->
     kind = "delete"
     found = _definitions(old, name, types)
     if not found:
-        if any(t.kind == "identifier" and t.text == name for t in old.tokens):
+        if any(t.type == "identifier" and t.text == name for t in old.tokens):
             return unchecked(f"`{name}` occurs but is not defined here as a function or class", kind)
         if _same(old, new):
             return CheckVerdict(kind, True, f"nothing to do: there is no `{name}` in the file")
@@ -594,7 +593,7 @@ def check_delete(old: Source, new: Source, name: str, types: tuple[str, ...]) ->
     found = [chosen]
     i, j = old.span(chosen)
     comments = i
-    while comments > 0 and old.tokens[comments - 1].kind == "comment" and old.tokens[comments - 1].line >= old.tokens[comments].line - 1:
+    while comments > 0 and old.tokens[comments - 1].type == "comment" and old.tokens[comments - 1].line >= old.tokens[comments].line - 1:
         comments -= 1
     keys_without = [old.keys[:start] + old.keys[j:] for start in range(comments, i + 1)]
     if new.keys in keys_without:
@@ -735,10 +734,21 @@ def check_add_parameter(old: Source, new: Source, function: str, param: str, def
 # -- %-formatting to f-strings ---------------------------------------------------------------
 
 
-_SPEC = re.compile(r"%(?P<flags>[-0+ #]*)(?P<width>\d+)?(?:\.(?P<precision>\d+))?(?P<type>[sdirfFeEgGxXoa%])")
-# The conversions the apply model is trained to turn into f-string fields (and its data generator makes).
-MECHANICAL_CONVERSION = r"\.\d+f|[sdirf]"
-MECHANICAL = re.compile(f"%({MECHANICAL_CONVERSION})")
+# The one grammar of printf-style conversions: what `%` formatting reads in a format string.
+PERCENT_SPEC = re.compile(
+    r"%(?:\((?P<key>[^)]*)\))?(?P<flags>[-0+ #]*)(?P<width>\*|\d+)?(?:\.(?P<precision>\*|\d+))?(?P<length>[hlL])?(?P<type>.)"
+)
+_CONVERTIBLE = "sdirfFeEgGxXoa%"  # types with an f-string equivalent
+
+
+def is_mechanical(spec: re.Match) -> bool:
+    """A conversion the apply model is trained to turn into an f-string field (and its data
+    generator makes): %s %d %i %r %f %.Nf."""
+    if spec["key"] is not None or spec["flags"] or spec["width"] or spec["length"]:
+        return False
+    if spec["precision"] is None:
+        return spec["type"] in "sdirf"
+    return spec["type"] == "f" and spec["precision"] != "*"
 
 
 def _percent_formats(source: Source, ranges) -> list:
@@ -784,42 +794,42 @@ def _fstrings(source: Source, ranges) -> list:
 def _split_format(body: str) -> tuple[list[str], list[re.Match]] | None:
     """A %-format string's literal pieces and its conversions; None if it cannot be read."""
     pieces, specs, position = [], [], 0
-    for match in re.finditer(r"%(?:\([^)]*\))?[-0+ #]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?.", body):
-        spec = _SPEC.fullmatch(match.group(0))
-        if spec is None:
+    for spec in PERCENT_SPEC.finditer(body):
+        if spec["key"] is not None or spec["length"] or "*" in (spec["width"] or "") + (spec["precision"] or "") \
+                or spec["type"] not in _CONVERTIBLE:
             return None  # %(name)s, * widths, lengths: not mechanical
         if spec["type"] == "%":
             continue
-        pieces.append(body[position : match.start()])
+        pieces.append(body[position : spec.start()])
         specs.append(spec)
-        position = match.end()
+        position = spec.end()
     pieces.append(body[position:])
     return [p.replace("%%", "%") for p in pieces], specs
 
 
 def _spec_forms(spec: re.Match) -> set[tuple[str, str]]:
     """The (conversion, format spec) pairs of an f-string field that render as this %-conversion."""
-    flags, width, precision, kind = spec["flags"], spec["width"] or "", spec["precision"], spec["type"]
-    if kind in "sra":
+    flags, width, precision, letter = spec["flags"], spec["width"] or "", spec["precision"], spec["type"]
+    if letter in "sra":
         if precision is not None or set(flags) - {"-"}:
             return set()
-        conversion = "" if kind == "s" else "!" + kind
+        conversion = "" if letter == "s" else "!" + letter
         align = "<" if "-" in flags else ">"
         forms = {(conversion, f"{align}{width}" if width else "")}
-        if kind == "s":
+        if letter == "s":
             forms.add(("!s", f"{align}{width}" if width else ""))
             if width and "-" in flags:
                 forms.add(("", width))
         return forms
-    if kind in "diu":
-        kind = "d"
+    if letter in "diu":
+        letter = "d"
     sign = "".join(f for f in "+ " if f in flags)
     alternate = "#" if "#" in flags else ""
     zero = "0" if "0" in flags and "-" not in flags else ""
     align = "<" if "-" in flags else ""
     body = f"{align}{sign}{alternate}{zero}{width}" + (f".{precision}" if precision is not None else "")
-    forms = {("", body + kind)}
-    if kind == "d" and not body:
+    forms = {("", body + letter)}
+    if letter == "d" and not body:
         forms.add(("", ""))
     return forms
 
@@ -888,8 +898,8 @@ def _mechanical(source: Source, node) -> bool:
     if any(c in inner for c in "\\{}\n") or "%%" in inner:
         return False
     arguments = _arguments(source, node)
-    specs = MECHANICAL.findall(inner)
-    if arguments is None or inner.count("%") != len(specs) or len(specs) != len(arguments):
+    specs = list(PERCENT_SPEC.finditer(inner))
+    if arguments is None or inner.count("%") != len(specs) or len(specs) != len(arguments) or not all(map(is_mechanical, specs)):
         return False
     return not any(c in source.node_text(a) for a in arguments for c in "\\'\"\n{}")
 
@@ -970,14 +980,14 @@ def _annotation_spans(source: Source) -> list[tuple[int, int]]:
     """Token spans of every annotation with its `:` or `->` (parameters, returns, assignments)."""
     spans = []
     for node in _walk(source.root):
-        kind = None
+        annotation = None
         if node.type in ("typed_parameter", "typed_default_parameter") or (node.type == "assignment" and node.child_by_field_name("type")):
-            kind = node.child_by_field_name("type")
+            annotation = node.child_by_field_name("type")
         elif node.type == "function_definition" and node.child_by_field_name("return_type") is not None:
-            kind = node.child_by_field_name("return_type")
-        if kind is None:
+            annotation = node.child_by_field_name("return_type")
+        if annotation is None:
             continue
-        i, j = source.span(kind)
+        i, j = source.span(annotation)
         spans.append((i - 1, j))  # the ":" or "->" before it
     return spans
 

@@ -212,7 +212,7 @@ def _touched_lines(source: Source, intent: Intent) -> set[int] | None:
             follow = not scope and _attributes_follow(source, intent.old)
             roles = ("name", "attribute") if follow else ("name",)
             lines = {t.line - 1 for t in source.tokens
-                     if t.kind == "identifier" and t.text == intent.old and t.role in roles and inside(t)}
+                     if t.type == "identifier" and t.text == intent.old and t.role in roles and inside(t)}
             if lines and not scope:
                 lines |= node_lines(exported_strings(source, intent.old))
             return lines
@@ -255,7 +255,7 @@ def _named_lines(source: Source, intent: FreeForm) -> set[int] | None:
     """Lines where the instruction's code-like names occur as identifiers, or where the file defines
     a function or class the instruction names in plain words; None when it names nothing here."""
     names = set(intent.names)
-    lines = {t.line - 1 for t in source.tokens if t.kind == "identifier" and t.text in names}
+    lines = {t.line - 1 for t in source.tokens if t.type == "identifier" and t.text in names}
     if lines:
         return lines
     words = set(re.findall(r"[A-Za-z_]\w*", intent.text))

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hsedit.edit.check import MECHANICAL, MECHANICAL_CONVERSION, Source, exported_strings
+from hsedit.edit.check import PERCENT_SPEC, Source, exported_strings, is_mechanical
 
 EXISTING_CODE = "# ... existing code ..."
 
@@ -393,7 +393,6 @@ FSTRING_INSTRUCTIONS = (
     "replace the old-style % string formatting with f-strings",
     "switch % formatting to f-strings",
 )
-FORMAT_SPEC = MECHANICAL
 
 
 def percent_to_fstring(source: str, rng: random.Random) -> Edit | None:
@@ -410,19 +409,20 @@ def percent_to_fstring(source: str, rng: random.Random) -> Edit | None:
         if not literal or literal[0] not in "'\"" or literal[:3] in ('"""', "'''") or "\\" in literal:
             return None  # prefixed, triple-quoted or escaped: leave the whole chunk alone
         fmt = node.left.value
-        if "%%" in fmt or "{" in fmt or "}" in fmt or re.search(f"%(?!({MECHANICAL_CONVERSION}))", fmt):
+        specs = list(PERCENT_SPEC.finditer(fmt))
+        if "%%" in fmt or "{" in fmt or "}" in fmt or fmt.count("%") != len(specs) or not all(map(is_mechanical, specs)):
             return None
         args = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
         texts = [ast.get_source_segment(source, a) for a in args]
-        specs = FORMAT_SPEC.findall(fmt)
         if len(specs) != len(texts) or any(t is None or "'" in t or '"' in t or "\n" in t or "{" in t for t in texts):
             return None
-        pieces, parts = iter(texts), []
-        for chunk, spec in zip(FORMAT_SPEC.split(fmt)[::2], specs + [None]):
-            parts.append(chunk)
-            if spec is not None:
-                expr = next(pieces)
-                parts.append("{" + expr + ("!r" if spec == "r" else f":{spec}" if spec.endswith("f") else "") + "}")
+        parts, position = [], 0
+        for spec, expr in zip(specs, texts):
+            conversion = spec.group(0)[1:]  # s, d, i, r, f or .Nf
+            parts.append(fmt[position : spec.start()])
+            parts.append("{" + expr + ("!r" if conversion == "r" else f":{conversion}" if conversion.endswith("f") else "") + "}")
+            position = spec.end()
+        parts.append(fmt[position:])
         quote = literal[0]
         replacement = "f" + quote + "".join(parts) + quote
         spans.append((_start(source, node), _end(source, node), replacement))
