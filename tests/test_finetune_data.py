@@ -383,7 +383,7 @@ def test_a_keyword_argument_after_a_line_break_is_not_renamed():
 
 def test_edits_after_non_ascii_text_land_on_their_characters():
     # ast counts columns in UTF-8 bytes; the constant after "é" must still be replaced whole.
-    changed = [edits.change_constant('GREETING = "héllo"; LIMIT = 5\n', random.Random(seed)) for seed in range(6)]
+    changed = [edits.set_constant('GREETING = "héllo"; LIMIT = 5\n', random.Random(seed)) for seed in range(6)]
     original = {"GREETING": "héllo", "LIMIT": 5}
     for edit in changed:
         values = {node.targets[0].id: node.value.value for node in ast.parse(edit.after).body}
@@ -398,3 +398,18 @@ def test_stripping_hints_leaves_strings_and_comments_alone():
     edit = edits.add_type_hints(source, random.Random(0))
     assert edit.before == 'def f(x=5, *, y="a = b",  # a = comment\n      z):\n    return x\n'
     assert edit.after == source
+
+
+def test_every_training_kind_is_named_after_the_intent_its_instruction_parses_to():
+    """A training kind is its intent's kind (`set_constant`), or that kind and what it names
+    (`rename_local`, `delete_function`): the evaluation tables and the check's verdicts agree."""
+    from hsedit.edit.intent import parse_intent
+
+    for kind, make in edits.FILE_GENERATORS.items():
+        if kind == "no_change":
+            continue
+        made = (make(WHOLE_FILE + SOURCE, random.Random(seed)) for seed in range(30))
+        edit = next((e for e in made if e is not None), None)
+        assert edit is not None, kind
+        intent = parse_intent(edit.instruction, edit.update).kind
+        assert kind == intent or kind.startswith(intent + "_"), (kind, intent)

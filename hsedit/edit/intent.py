@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# The kinds, as the check's verdicts, `--json` and the evaluation tables name them.
+# The kinds, as the check's verdicts and `--json` name them; a training kind is one of these or
+# one and what it names (`rename_local`, `delete_function`).
 RENAME, SET_CONSTANT, DELETE, REMOVE_PRINTS = "rename", "set_constant", "delete", "remove_debug_print"
 ADD_PARAMETER, FSTRINGS, TYPE_HINTS = "add_parameter", "percent_to_fstring", "add_type_hints"
 SNIPPET_MERGE, FREE_FORM = "snippet_merge", "free_form"

@@ -52,7 +52,7 @@ HELDOUT_REGIONS = Path(__file__).resolve().parent / "heldout_regions.jsonl"
 # Examples per kind in HELDOUT_FILES: renames first, as whole-file renames are what the model failed.
 HELDOUT_FILE_QUOTAS = {
     "rename_function": 10, "rename_class": 8, "rename_local": 8, "rename_variable": 10, "no_change": 6,
-    "snippet_merge": 4, "change_constant": 3, "delete_function": 3, "add_type_hints": 3,
+    "snippet_merge": 4, "set_constant": 3, "delete_function": 3, "add_type_hints": 3,
     "percent_to_fstring": 3, "remove_debug_print": 3, "add_parameter": 3,
 }  # fmt: skip
 SKIP_PARTS = {"test", "tests", "testing", "idle_test", "site-packages/pip", "__pycache__", "_vendor", "vendored"}
@@ -335,7 +335,7 @@ def load(path: str | Path, split: str | None = None, per_kind: int | None = None
 # whatever the file's length. Each whole-file edit gives at most this many of its regions.
 REGION_FILE_LINES = (30, 1500)
 REGIONS_PER_EDIT = 3
-REGION_KINDS = ("rename_function", "rename_class", "rename_variable", "rename_local", "change_constant",
+REGION_KINDS = ("rename_function", "rename_class", "rename_variable", "rename_local", "set_constant",
                 "delete_function", "add_type_hints", "percent_to_fstring", "remove_debug_print", "add_parameter",
                 "snippet_merge")
 

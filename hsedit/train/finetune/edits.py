@@ -262,7 +262,7 @@ def rename_local(source: str, rng: random.Random) -> Edit | None:
 CONSTANT_TEMPLATES = ("change {name} to {v}", "set {name} to {v}", "Set the constant `{name}` to {v}.", "{name} should be {v}")
 
 
-def change_constant(source: str, rng: random.Random) -> Edit | None:
+def set_constant(source: str, rng: random.Random) -> Edit | None:
     tree = _parse(source)
     if tree is None:
         return None
@@ -298,7 +298,7 @@ def change_constant(source: str, rng: random.Random) -> Edit | None:
     after = _replace_spans(source, [span])
     name = node.targets[0].id
     text = rng.choice(CONSTANT_TEMPLATES).format(name=name, v=literal)
-    return Edit("change_constant", text, source, after)
+    return Edit("set_constant", text, source, after)
 
 
 DELETE_INSTRUCTIONS = (
@@ -549,7 +549,7 @@ GENERATORS: dict[str, Callable[[str, random.Random], Edit | None]] = {
     "rename_function": lambda s, r: rename_definition(s, r, classes=False),
     "rename_class": lambda s, r: rename_definition(s, r, classes=True),
     "rename_local": rename_local,
-    "change_constant": change_constant,
+    "set_constant": set_constant,
     "delete_function": delete_function,
     "add_type_hints": add_type_hints,
     "percent_to_fstring": percent_to_fstring,
