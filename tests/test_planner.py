@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hsedit.drafting.chain import COPY, PROBE, TARGET
-from hsedit.drafting.ngram import RESYNC_MAX_NEW
+from hsedit.drafting.copy_drafter import RESYNC_MAX_NEW
 from hsedit.drafting.planner import DraftPlanner, RowView, judged_positions
 
 PROMPT = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]

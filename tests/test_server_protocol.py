@@ -301,7 +301,7 @@ class Chars:
 
 
 class ScriptedEngine:
-    """What `EngineWorker` drives, without vLLM: every request answers `answer`, three characters
+    """What `EngineThread` drives, without vLLM: every request answers `answer`, three characters
     a step, each step a copy draft of two tokens with one kept (so the prediction counts show);
     `fail` makes the next step raise, as a broken engine does."""
 
@@ -356,21 +356,21 @@ def scripted_server():
     import uvicorn
 
     from hsedit.server.app import ServerSettings, create_app
-    from hsedit.server.worker import EngineWorker
+    from hsedit.server.engine_thread import EngineThread
     from tests.conftest import free_port
 
     running = []
 
     def start(answer="x = 2", **settings):
         engine = ScriptedEngine(answer)
-        worker = EngineWorker(engine, max_queue=4)
-        app = create_app(worker, ServerSettings(served_model="embedded", drafter="copy", **settings))
-        worker.start()
+        engine_thread = EngineThread(engine, max_queue=4)
+        app = create_app(engine_thread, ServerSettings(served_model="embedded", drafter="copy", **settings))
+        engine_thread.start()
         port = free_port()
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
-        running.append((server, thread, worker))
+        running.append((server, thread, engine_thread))
         deadline = time.monotonic() + 30
         while not server.started:
             assert time.monotonic() < deadline and thread.is_alive(), "the app did not start"
@@ -378,10 +378,10 @@ def scripted_server():
         return f"http://127.0.0.1:{port}", engine
 
     yield start
-    for server, thread, worker in running:
+    for server, thread, engine_thread in running:
         server.should_exit = True
         thread.join(10)
-        worker.stop()
+        engine_thread.stop()
 
 
 def http(method, url, body=None, key=None, raw=None):

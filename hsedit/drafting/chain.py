@@ -48,7 +48,7 @@ class CopyFeatures:
     num_candidates: earlier occurrences of the suffix at the minimum match length.
     candidates_agree: whether all those occurrences are followed by the same token.
     source_distance: how far back (in tokens) the copied passage lies.
-    resumed: a resync guess after a change (`ngram.Alignment`), not a suffix match: its
+    resumed: a resync guess after a change (`copy_drafter.Alignment`), not a suffix match: its
       outcomes are learnt apart, since they say nothing about how well the text copies.
     """
 

@@ -24,7 +24,7 @@ from hsedit.drafting.chain import DSPARK, MAX_TRACKED_REQUESTS, COPY, PROBE, Cop
 from hsedit.drafting.copy_acceptance import REFERENCE_PRIOR_POSITIONS, CopyAcceptanceModel, RequestOffset, VerifiedChain
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
-from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, Alignment, CopyIndex
+from hsedit.drafting.copy_drafter import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, Alignment, CopyIndex
 
 DRAFTERS = (COPY, DSPARK)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hsedit.drafting.chain import HYBRID, COPY
-from hsedit.drafting.ngram import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, PRICED_MAX_DRAFT
+from hsedit.drafting.copy_drafter import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, PRICED_MAX_DRAFT
 
 AUTO_DTYPE = "auto"
 DTYPES = (AUTO_DTYPE, "bfloat16", "float32")

@@ -46,7 +46,7 @@ from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
 from hsedit.drafting.dspark import load_drafter
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
-from hsedit.drafting.ngram import DEFAULT_MIN_MATCH
+from hsedit.drafting.copy_drafter import DEFAULT_MIN_MATCH
 from hsedit.drafting.planner import DraftPlanner, RowView
 from hsedit.engine.provision import DrafterTarget, resolve_copy_acceptance, resolve_drafter, target_identity
 from hsedit.engine.vllm_runner import RunnerAdapter, target_embeddings, worker_drafter

@@ -1,5 +1,5 @@
 """The HTTP server: OpenAI's chat completions with Predicted Outputs, hsedit's own `/v1/apply`,
-health and metrics, over one `EngineWorker`.
+health and metrics, over one `EngineThread`.
 
 Safety: loopback by default (a non-loopback host needs an API key, checked in constant time);
 bodies over `max_body_bytes` get 413, requests beyond `max_queue` get 429 with Retry-After; a
@@ -36,7 +36,7 @@ from hsedit.server.metrics import CountRequests
 from hsedit.server.openai_api import UnknownModel
 from hsedit.server.openai_schema import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from hsedit.server.schema import ApplyRequest, BadRequest, DrafterTargetBody, ErrorBody, Health, parse
-from hsedit.server.worker import Aborted, Admitted, EngineWorker, QueueFull, ShuttingDown
+from hsedit.server.engine_thread import Aborted, Admitted, EngineThread, QueueFull, ShuttingDown
 
 DISCONNECT_POLL_S = 0.5  # how often a non-streaming request checks that its client is still there
 OPEN_PATHS = ("/health",)  # asked without a key: the daemon's readiness check, load balancers
@@ -55,9 +55,9 @@ class ServerSettings:
     compiled: bool | None = None
 
 
-def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
-    engine = worker.engine
-    metrics = worker.metrics
+def create_app(engine_thread: EngineThread, settings: ServerSettings) -> FastAPI:
+    engine = engine_thread.engine
+    metrics = engine_thread.metrics
     max_tokens_limit = min(settings.max_tokens or engine.max_model_len, engine.max_model_len)
     app = FastAPI(title="hsedit", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -96,15 +96,15 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
     @app.get("/health")
     async def health() -> Health:
         target = engine.drafter_target
-        daemon = settings.daemon and {**settings.daemon, "idle_s": round(worker.idle_seconds(), 1)}
-        return Health(model=settings.served_model, drafter=settings.drafter, waiting=worker.waiting,
-                      running=worker.running, dtype=settings.dtype, compiled=settings.compiled, daemon=daemon,
+        daemon = settings.daemon and {**settings.daemon, "idle_s": round(engine_thread.idle_seconds(), 1)}
+        return Health(model=settings.served_model, drafter=settings.drafter, waiting=engine_thread.waiting,
+                      running=engine_thread.running, dtype=settings.dtype, compiled=settings.compiled, daemon=daemon,
                       dspark_target=DrafterTargetBody(**target.as_dict()) if target else None)
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:
         target = engine.drafter_target
-        text = metrics.render(waiting=worker.waiting, running=worker.running,
+        text = metrics.render(waiting=engine_thread.waiting, running=engine_thread.running,
                               dspark_target_matches=None if target is None else target.matches)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
@@ -135,7 +135,7 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
             room = engine.answer_room(ids, needed, "the request does not fit the model's context")
             return replace(chat.generation, prompt=ids, max_tokens=min(chat.generation.max_tokens, room))
 
-        feed = await _start(worker, build_request, request)
+        feed = await _start(engine_thread, build_request, request)
         cid = openai_api.completion_id(chat.kind)
         if chat.stream:
             return StreamingResponse(_chat_chunks(feed, cid, settings.served_model, chat), media_type="text/event-stream")
@@ -159,7 +159,7 @@ def create_app(worker: EngineWorker, settings: ServerSettings) -> FastAPI:
                 engine, job, max_tokens=body.requested_max_tokens, temperature=body.temperature, seed=body.seed
             )
 
-        feed = await _start(worker, build_request, request)
+        feed = await _start(engine_thread, build_request, request)
         plain_step = engine.cost_table.step_time(1) if engine.cost_table else None
         return StreamingResponse(
             _apply_lines(feed, job, body.max_deletion, plain_step), media_type="application/x-ndjson"
@@ -178,7 +178,7 @@ class EventFeed:
         self.loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()
         self.ticket = None
-        self.worker: EngineWorker | None = None
+        self.engine_thread: EngineThread | None = None
         self.admitted: Admitted | None = None
         self.done = False
 
@@ -217,19 +217,19 @@ class EventFeed:
                     return
         finally:
             if not self.done:
-                self.worker.cancel(self.ticket)
+                self.engine_thread.cancel(self.ticket)
 
 
-async def _start(worker: EngineWorker, build_request, request: Request) -> EventFeed:
+async def _start(engine_thread: EngineThread, build_request, request: Request) -> EventFeed:
     """Submit and wait until the engine took it: a request that cannot run is an HTTP error."""
     feed = EventFeed(asyncio.get_running_loop())
     try:
-        feed.ticket = worker.submit(build_request, feed.put)
+        feed.ticket = engine_thread.submit(build_request, feed.put)
     except QueueFull as error:
         raise HttpError(429, str(error), "rate_limit_error") from None
     except ShuttingDown as error:
         raise HttpError(503, str(error), "unavailable") from None
-    feed.worker = worker
+    feed.engine_thread = engine_thread
     try:
         await feed.first()
     except HseditError as error:
@@ -239,7 +239,7 @@ async def _start(worker: EngineWorker, build_request, request: Request) -> Event
     except Exception as error:
         raise HttpError(500, f"the engine could not run the request: {error}", "server_error") from None
     except asyncio.CancelledError:
-        worker.cancel(feed.ticket)
+        engine_thread.cancel(feed.ticket)
         raise
     return feed
 

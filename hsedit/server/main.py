@@ -1,7 +1,7 @@
 """`hsedit serve`: start the engine once, serve it until SIGTERM or Ctrl-C.
 
 uvicorn stops taking connections on SIGTERM/SIGINT and lets the requests in flight finish for
-up to `GRACEFUL_SHUTDOWN_S`; then the worker aborts what is left, the engine closes, exit 0.
+up to `GRACEFUL_SHUTDOWN_S`; then the engine thread aborts what is left, the engine closes, exit 0.
 (uvicorn re-raises the signal once it is done, to whatever handler was there before it: ours
 turns that into a clean exit, where the default would kill the process.)
 """
@@ -21,7 +21,7 @@ from hsedit.config import API_KEY_VARIABLE, ProjectConfig
 from hsedit.engine.engine import Engine, EngineOptions
 from hsedit.errors import UsageError
 from hsedit.server.app import ServerSettings, create_app
-from hsedit.server.worker import EngineWorker
+from hsedit.server.engine_thread import EngineThread
 
 GRACEFUL_SHUTDOWN_S = 30
 
@@ -106,29 +106,29 @@ def serve(
         check_exposure(host, settings.api_key)
         _check_port_free(host, port)
     engine = Engine(options)
-    worker = EngineWorker(engine, max_queue=settings.max_queue)
+    engine_thread = EngineThread(engine, max_queue=settings.max_queue)
     listener = _unix_listener(socket_path) if socket_path is not None else None
     staging = Path(listener.getsockname()) if listener is not None else None
 
     @asynccontextmanager
     async def lifespan(app):
-        worker.start()
+        engine_thread.start()
         if state is not None:
             # Clients find the socket only now, with the engine ready; connections made between
             # here and uvicorn's first accept wait in the listener's backlog.
             os.replace(staging, socket_path)
             daemon.announce(state)
-            daemon.watch(state, options, worker.idle_seconds)
+            daemon.watch(state, options, engine_thread.idle_seconds)
         on_ready(f"unix:{socket_path}" if socket_path is not None else f"http://{host}:{port}")
         try:
             yield
         finally:
-            worker.stop(abort=True)
+            engine_thread.stop(abort=True)
             engine.close()
             if socket_path is not None:
                 daemon.forget(socket_path)
 
-    app = create_app(worker, settings)
+    app = create_app(engine_thread, settings)
     app.router.lifespan_context = lifespan
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hsedit.drafting.chain import COPY
-from hsedit.drafting.ngram import CopyIndex
+from hsedit.drafting.copy_drafter import CopyIndex
 
 token_lists = st.lists(st.integers(min_value=0, max_value=4), min_size=0, max_size=120)
 
@@ -110,7 +110,7 @@ def _copy_step(index, alignment, output, at, chain):
 
 
 def test_after_an_insertion_the_copy_resumes_where_the_original_continues():
-    from hsedit.drafting.ngram import Alignment
+    from hsedit.drafting.copy_drafter import Alignment
 
     original = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
     # `13` becomes `13 90 91` (attempt -> attempt_value): the original then goes on with 14.
@@ -126,7 +126,7 @@ def test_after_an_insertion_the_copy_resumes_where_the_original_continues():
 
 
 def test_after_a_deletion_the_copy_resumes_after_the_last_new_token():
-    from hsedit.drafting.ngram import Alignment
+    from hsedit.drafting.copy_drafter import Alignment
 
     original = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
     output = [10, 11, 12, 16, 17, 18, 19]  # 13 14 15 deleted

@@ -1,6 +1,6 @@
 """The engine's own thread: requests from any thread join the running batch at the next step.
 
-vLLM's engine is driven by one caller; the HTTP server has many. `EngineWorker` owns the
+vLLM's engine is driven by one caller; the HTTP server has many. `EngineThread` owns the
 `Engine` on one thread and loops: admit what was submitted, abort what was cancelled, run one
 step, hand every request its event. A request submitted while others run joins them at the
 next step (continuous batching), so the hybrid drafter's allocation works on real concurrency.
@@ -59,7 +59,7 @@ class Ticket:
     request_id: str | None = None  # the engine's, once admitted
 
 
-class EngineWorker:
+class EngineThread:
     def __init__(self, engine: Any, *, max_queue: int, metrics: Metrics | None = None) -> None:
         self.engine = engine
         self.max_queue = max_queue
