@@ -39,7 +39,7 @@ from hsedit.engine.vllm_engine import (
     silenced_stderr,
     start_vllm,
 )
-from hsedit.engine.vllm_runner import SEEDED_SAMPLING_ARG
+from hsedit.engine.vllm_model_runner import SEEDED_SAMPLING_ARG
 from hsedit.errors import ContextTooLongError
 
 __all__ = ["GREEDY_TOLERANCE", "Engine", "EngineOptions", "Generation", "GenerationRequest", "StepEvent", "shared_engine"]

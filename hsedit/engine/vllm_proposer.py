@@ -27,7 +27,7 @@ processes `RemoteProposer` sends the same facade's calls (costs, probes, timings
 worker, and what comes back per request is vLLM's own spec-decode counts.
 
 What vLLM does not pass a custom proposer (request ids, sampled rows, the requests' sampling
-parameters, the target's hidden states for DSpark) comes through `vllm_runner.RunnerAdapter`,
+parameters, the target's hidden states for DSpark) comes through `vllm_model_runner.ModelRunnerAdapter`,
 the one place that knows vLLM's runner (built in `load_model`, checked against vLLM's version).
 """
 
@@ -49,7 +49,7 @@ from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
 from hsedit.drafting.copy_drafter import DEFAULT_MIN_MATCH
 from hsedit.drafting.planner import DraftPlanner, RowView
 from hsedit.engine.provision import DrafterTarget, resolve_copy_acceptance, resolve_drafter, target_identity
-from hsedit.engine.vllm_runner import RunnerAdapter, target_embeddings, worker_drafter
+from hsedit.engine.vllm_model_runner import ModelRunnerAdapter, target_embeddings, worker_drafter
 
 CONFIG_KEY = "hsedit"  # vllm_config.additional_config[CONFIG_KEY]: the proposer's options
 PREDICTION_ARG = "hsedit_prediction"  # SamplingParams.extra_args[PREDICTION_ARG]: token ids
@@ -144,7 +144,7 @@ class HseditProposer(_Probing):
         # verifies drafts of sampled (temperature > 0) requests — its own n-gram method included
         # (tests/test_hybrid_engine.py) — so on CPU the requests vLLM samples itself are decoded
         # without drafts. hsedit's engine sends none: its sampled requests are seeded, greedy to
-        # vLLM and drafted (RunnerAdapter.install_seeded_sampling).
+        # vLLM and drafted (ModelRunnerAdapter.install_seeded_sampling).
         self._draft_sampled_requests = True
         self.propose_seconds = 0.0  # total time spent drafting, for the benchmark
         self.propose_calls = 0
@@ -175,7 +175,7 @@ class HseditProposer(_Probing):
         return ProposerTimings(self.propose_seconds, self.propose_calls, planner.model_drafted, planner.model_skipped)
 
     def load_model(self, model: Any) -> None:
-        self._runner = RunnerAdapter.for_proposer(self)
+        self._runner = ModelRunnerAdapter.for_proposer(self)
         self._runner.install_seeded_sampling()
         embed, head = target_embeddings(model)
         self._draft_sampled_requests = embed.device.type != "cpu"
@@ -245,7 +245,7 @@ class HseditProposer(_Probing):
         for req_id, state in held.items():
             if planner.knows(req_id):
                 continue
-            prediction = RunnerAdapter.extra_args(state).get(PREDICTION_ARG)
+            prediction = ModelRunnerAdapter.extra_args(state).get(PREDICTION_ARG)
             if prediction:
                 planner.seed_prediction(req_id, [int(t) for t in prediction])
 
@@ -261,7 +261,7 @@ class HseditWorkerExtension:
 
     def hsedit_install_seeded_sampling(self) -> None:
         """Pin seeded requests' logits to their draw (also where no proposer drafts)."""
-        RunnerAdapter(self.model_runner).install_seeded_sampling()
+        ModelRunnerAdapter(self.model_runner).install_seeded_sampling()
 
     def hsedit_local_proposer(self) -> HseditProposer | None:
         """The proposer object itself: only meaningful in the caller's own process."""

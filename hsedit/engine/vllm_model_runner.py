@@ -61,13 +61,13 @@ class StepFeatures:
     positions: list[int]  # [batch_size] position of each row's first scheduled token
 
 
-class RunnerAdapter:
+class ModelRunnerAdapter:
     def __init__(self, runner: Any) -> None:
         self.runner = runner
         self._features: StepFeatures | None = None
 
     @classmethod
-    def for_proposer(cls, proposer: Any) -> RunnerAdapter:
+    def for_proposer(cls, proposer: Any) -> ModelRunnerAdapter:
         """The adapter for the runner loading `proposer` (call from the proposer's `load_model`)."""
         check_vllm_version()
         frame = sys._getframe(1)
