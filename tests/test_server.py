@@ -238,8 +238,10 @@ def test_the_batch_client_runs_on_the_server(server, tmp_path):  # hooks on a se
 
 
 def test_a_client_killed_mid_stream_leaves_the_server_serving(guarded_server):
+    """The real engine's side of a client that dies mid-stream: nothing is left running and the
+    next request is answered. (That the request is aborted, not run to its end, is certain only
+    with an engine held mid-request: test_server_protocol.py.)"""
     url = guarded_server.url
-    aborted_before = guarded_server.metric("hsedit_requests_aborted_total", KEY)
     client = subprocess.Popen([sys.executable, "-c", f"""
 import json, sys, urllib.request
 body = json.dumps({{"messages": [{{"role": "user", "content": "Write a long story about a dragon."}}],
@@ -254,11 +256,10 @@ sys.stdin.read()
     assert client.stdout.readline().strip() == "streaming"
     client.kill()
     client.wait()
-    deadline = time.time() + 30
-    while guarded_server.metric("hsedit_requests_aborted_total", KEY) == aborted_before:
-        assert time.time() < deadline, "the request of the killed client was not aborted"
+    deadline = time.time() + 60
+    while guarded_server.metric("hsedit_requests_running", KEY) != 0:
+        assert time.time() < deadline, "the request of the killed client still runs"
         time.sleep(0.2)
-    assert guarded_server.metric("hsedit_requests_running", KEY) == 0
     status, text, _ = _post(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
                                                           "max_tokens": 8}, KEY)
     assert status == 200 and json.loads(text)["choices"][0]["message"]["content"]
@@ -282,22 +283,6 @@ def test_bad_requests_get_their_status_and_one_message(guarded_server):
         assert error["message"] and "\n" not in error["message"]
     health = urllib.request.urlopen(url + "/health", timeout=5)  # open without a key
     assert json.loads(health.read())["drafter"] == "none"
-
-
-def test_a_full_queue_gets_429_with_retry_after(guarded_server):
-    url = guarded_server.url
-    body = json.dumps({"messages": [{"role": "user", "content": "Write a long story about a dragon."}],
-                       "max_tokens": 200, "stream": True}).encode()
-    request = urllib.request.Request(url + "/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
-    with urllib.request.urlopen(request, timeout=120) as first:
-        first.readline()  # admitted: the one place is taken while it generates
-        status, text, headers = _post(url + "/v1/chat/completions",
-                                      {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}, KEY)
-        assert status == 429, text
-        assert headers.get("Retry-After") == "1"
-        rest = first.read().decode()
-    assert rest.rstrip().endswith("data: [DONE]")
 
 
 def test_sigterm_finishes_what_runs_and_exits_0(guarded_server):

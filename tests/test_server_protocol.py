@@ -303,17 +303,23 @@ class Chars:
 class ScriptedEngine:
     """What `EngineThread` drives, without vLLM: every request answers `answer`, three characters
     a step, each step a copy draft of two tokens with one kept (so the prediction counts show);
-    `fail` makes the next step raise, as a broken engine does."""
+    `fail` makes the next step raise, as a broken engine does; with `hold`, a request stops after
+    its first step until `release` is set, so a test acts on it certainly still running."""
 
     max_model_len = 4096
     drafter_target = None
     cost_table = None
 
-    def __init__(self, answer):
+    def __init__(self, answer, hold=False):
+        import threading
+
         from hsedit.engine.engine import Engine
 
         self.answer, self.tokenizer, self.fail = answer, Chars(), None
         self.running, self.ids = {}, iter(range(10**6))
+        self.release = threading.Event()
+        if not hold:
+            self.release.set()
         self.answer_room = Engine.answer_room.__get__(self)  # the real context check
 
     def count_tokens(self, text):
@@ -334,6 +340,8 @@ class ScriptedEngine:
         events = []
         for rid, item in list(self.running.items()):
             key, request, stats, done = item
+            if done and not self.release.is_set():
+                continue
             end = min(len(self.answer), request.max_tokens, done + 3)
             piece, item[3] = self.answer[done:end], end
             record = StepRecord(COPY, 2, 1, tuple(ord(c) for c in piece))
@@ -344,6 +352,10 @@ class ScriptedEngine:
                 del self.running[rid]
             events.append(StepEvent(key, rid, list(record.emitted), record.token_sources(), [(piece, COPY)], piece,
                                     finished, record, stats))
+        if not events:
+            import time
+
+            time.sleep(0.005)  # held: the engine thread would spin
         return events
 
 
@@ -361,9 +373,9 @@ def scripted_server():
 
     running = []
 
-    def start(answer="x = 2", **settings):
-        engine = ScriptedEngine(answer)
-        engine_thread = EngineThread(engine, max_queue=4)
+    def start(answer="x = 2", max_queue=4, hold=False, **settings):
+        engine = ScriptedEngine(answer, hold)
+        engine_thread = EngineThread(engine, max_queue=max_queue)
         app = create_app(engine_thread, ServerSettings(served_model="embedded", drafter="copy", **settings))
         engine_thread.start()
         port = free_port()
@@ -379,6 +391,7 @@ def scripted_server():
 
     yield start
     for server, thread, engine_thread in running:
+        engine_thread.engine.release.set()
         server.should_exit = True
         thread.join(10)
         engine_thread.stop()
@@ -499,6 +512,62 @@ def test_the_key_and_the_request_count_are_two_pieces_and_the_labels_are_the_rou
         'endpoint="/v1/apply",status="405"': 1, 'endpoint="/v1/apply",status="413"': 1,
         'endpoint="/v1/apply",status="400"': 1, 'endpoint="/health",status="200"': 1,
     }
+
+
+def _open_stream(url, path, body, key=None):
+    """A streamed request whose first line has been read: admitted and generating."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    connection = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    connection.request("POST", path, json.dumps(body), headers)
+    response = connection.getresponse()
+    assert response.status == 200
+    assert response.readline()
+    return connection, response
+
+
+def _metric(url, name):
+    _, text = http("GET", url + "/metrics")
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_a_client_gone_mid_stream_has_its_request_aborted(scripted_server):
+    import socket
+    import time
+
+    url, engine = scripted_server("x = 2 " * 50, hold=True)
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    connection, _ = _open_stream(url, "/v1/chat/completions", chat)
+    assert len(engine.running) == 1  # held after its first step: it cannot have finished
+    connection.sock.shutdown(socket.SHUT_RDWR)  # the client is gone (a close waits for the response's reader)
+    deadline = time.monotonic() + 30
+    while engine.running or _metric(url, "hsedit_requests_aborted_total") != 1:
+        assert time.monotonic() < deadline, "the request of the client that left was not aborted"
+        time.sleep(0.05)
+    engine.release.set()
+    status, text = http("POST", url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})
+    assert status == 200 and json.loads(text)["choices"][0]["message"]["content"].startswith("x = 2")
+
+
+def test_a_full_queue_gets_429_with_retry_after(scripted_server):
+    import urllib.error
+    import urllib.request
+
+    url, engine = scripted_server("x = 2", max_queue=1, hold=True)
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    connection, first = _open_stream(url, "/v1/chat/completions", chat)
+    request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(chat).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 429 and refused.value.headers.get("Retry-After") == "1"
+    assert json.loads(refused.value.read())["error"]["message"]
+    engine.release.set()
+    assert first.read().decode().rstrip().endswith("data: [DONE]")  # the one admitted ends normally
+    connection.close()
 
 
 BLOCKED = """
