@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
+from hsedit.drafting.copy_drafter import DEFAULT_MAX_DRAFT, PRICED_MAX_DRAFT
 from hsedit.errors import EXIT_CODES, EXIT_INTERRUPTED, HseditError, InputFileError, UsageError
 from hsedit.train.commands import register as register_training_commands
 
@@ -44,6 +45,7 @@ def _root() -> None:
     """LLM code edits on an embedded vLLM engine with speculative copying."""
 
 
+MODEL_HELP = "HF hub id, HF directory, .gguf file, or embedded / embedded-base (default: embedded, the fine-tuned SmolLM2)."
 EXIT_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
 
 
@@ -96,7 +98,7 @@ def apply(
     max_deletion: MaxDeletionOption = None,
     temperature: Annotated[float, typer.Option(help="0 is greedy; output is exactly the model's either way.", min=0.0)] = 0.0,
     seed: Annotated[Optional[int], typer.Option(help="Sampling seed (with --temperature > 0).")] = None,
-    model: Annotated[Optional[str], typer.Option(help="HF hub id, HF directory, .gguf file, or embedded / embedded-base (default: embedded, the fine-tuned SmolLM2).")] = None,
+    model: Annotated[Optional[str], typer.Option(help=MODEL_HELP)] = None,
     compile: Annotated[bool, typer.Option("--compile", help="vLLM compiled mode: faster steps, slow first start.")] = False,
     dspark: DsparkOption = None,
     server: ServerOption = None,
@@ -161,7 +163,7 @@ def apply(
 @app.command()
 def bench(
     tasks: Annotated[Optional[Path], typer.Option(help="Your own task file (JSON lines); default: the built-in workloads (light, heavy, snippet, chat, mixed).")] = None,
-    drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, copy, vllm-ngram, vllm-suffix, dspark, hybrid, each optionally with its maximum draft (hybrid@15, vllm-ngram@63; default 31 for hybrid, 15 for the others) and its engine variant after a colon: a dtype and/or compiled (hybrid:float32, hybrid:compiled); plain decoding of every variant always runs.")] = "none,copy,dspark,hybrid",
+    drafters: Annotated[str, typer.Option(help="Comma-separated methods: none, copy, vllm-ngram, vllm-suffix, dspark, hybrid, each optionally with its maximum draft (hybrid@15, vllm-ngram@63; default " f"{PRICED_MAX_DRAFT} for hybrid, {DEFAULT_MAX_DRAFT} for the others) and its engine variant after a colon: a dtype and/or compiled (hybrid:float32, hybrid:compiled); plain decoding of every variant always runs.")] = "none,copy,dspark,hybrid",
     batch_size: Annotated[str, typer.Option(help="Comma-separated batch sizes (concurrent requests).")] = "1,4",
     workloads: Annotated[Optional[str], typer.Option(help="Built-in workloads to run (comma-separated): light, heavy, snippet, chat, mixed (the default) and large (renames in 490-910-line files).")] = None,
     scope: Annotated[str, typer.Option(help="Comma-separated scopes each workload runs at: file (whole files) and regions (the regions `apply --scope regions` sends); a workload that cannot be cut runs whole.")] = "file",
@@ -169,7 +171,7 @@ def bench(
     temperature: Annotated[float, typer.Option(help="Sample every request at this temperature, each with a seed of its own (the same for every method); 0: greedy.", min=0.0, max=2.0)] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG: throughput ratio against batch size per workload.")] = None,
-    model: Annotated[Optional[str], typer.Option(help="As for apply.")] = None,
+    model: Annotated[Optional[str], typer.Option(help=MODEL_HELP)] = None,
     dspark: DsparkOption = None,
 ) -> None:
     """Compare drafting methods on the same workloads and batch sizes, side by side in one run."""
@@ -235,7 +237,7 @@ def batch(
     max_tokens: Annotated[Optional[int], typer.Option(min=1)] = None,
     max_deletion: MaxDeletionOption = None,
     drafter: DrafterOption = None,
-    model: Annotated[Optional[str], typer.Option(help="As for apply.")] = None,
+    model: Annotated[Optional[str], typer.Option(help=MODEL_HELP)] = None,
     dspark: DsparkOption = None,
     server: ServerOption = None,
     scope: ScopeOption = None,
@@ -364,7 +366,7 @@ def daemon_status(as_json: Annotated[bool, typer.Option("--json")] = False) -> N
 @daemon_app.command("stop")
 def daemon_stop(
     all_: Annotated[bool, typer.Option("--all", help="Stop every background engine, not only the one for these settings.")] = False,
-    model: Annotated[Optional[str], typer.Option(help="As for apply.")] = None,
+    model: Annotated[Optional[str], typer.Option(help=MODEL_HELP)] = None,
     drafter: DrafterOption = None,
     dspark: DsparkOption = None,
     dtype: DtypeOption = None,
