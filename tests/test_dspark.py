@@ -452,3 +452,20 @@ def test_training_further_drops_the_fast_heads():
         fresh.lm_head.weight.mul_(-1.0)
     assert torch.equal(model.draft(caches, [5]).tokens, fresh.draft(caches, [5]).tokens)
     assert not torch.equal(model.draft(caches, [5]).tokens, before)
+
+
+def test_weights_loaded_under_the_fast_heads_are_drafted_with():
+    """`load_state_dict` in eval mode with the copies made: they follow the new weights."""
+    from hsedit.train.drafter.train import with_draft_vocab
+
+    every_token = torch.arange(TINY_TARGET["vocab_size"])
+    model = with_draft_vocab(random_drafter(seed=7), every_token)
+    model.use_fast_head(torch.float32)
+    caches = [filled_cache(model, length=6)]
+    before = model.draft(caches, [5]).tokens
+    other = with_draft_vocab(random_drafter(seed=7), every_token)
+    with torch.no_grad():
+        other.lm_head.weight.mul_(-1.0)
+    model.load_state_dict(other.state_dict())
+    assert torch.equal(model.draft(caches, [5]).tokens, other.draft(caches, [5]).tokens)
+    assert not torch.equal(model.draft(caches, [5]).tokens, before)

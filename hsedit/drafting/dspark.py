@@ -356,6 +356,7 @@ class DSparkDrafter(nn.Module):
         # without them (training, calibration) drafting reads the live weights.
         self._fast_head: torch.Tensor | None = None
         self._fast_markov: torch.Tensor | None = None
+        self.register_load_state_dict_post_hook(_refresh_fast_heads)
 
     # -- weights --------------------------------------------------------------------------
     def share_target_embeddings(self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:
@@ -441,8 +442,7 @@ class DSparkDrafter(nn.Module):
         their number."""
         assert len(token_ids) == self.config.draft_vocab_size > 0
         self.draft_vocab.copy_(token_ids)
-        if self._fast_head is not None:
-            self.use_fast_head(self._fast_head.dtype)
+        self.refresh_fast_heads()
 
     def _draft_rows(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The LM head's and the Markov head's output rows of the draft vocabulary (all rows
@@ -468,6 +468,11 @@ class DSparkDrafter(nn.Module):
         if mode:
             self._fast_head = self._fast_markov = None
         return super().train(mode)
+
+    def refresh_fast_heads(self) -> None:
+        """New weights loaded under copies made from the old ones: copy again."""
+        if self._fast_head is not None:
+            self.use_fast_head(self._fast_head.dtype)
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM head logits for drafting: [..., hidden] -> [..., draft vocabulary] float32."""
@@ -590,3 +595,8 @@ def _strip_prefix(name: str) -> str:
 def draft_position_weights(block_size: int, gamma: float = 4.0) -> torch.Tensor:
     """DeepSpec's per-position loss weights exp(-(k-1)/gamma)."""
     return torch.tensor([math.exp(-k / gamma) for k in range(block_size)])
+
+
+def _refresh_fast_heads(module: DSparkDrafter, incompatible_keys) -> None:
+    """`load_state_dict`'s post-hook: the fast heads follow the weights just loaded."""
+    module.refresh_fast_heads()
