@@ -224,6 +224,20 @@ def test_a_request_with_a_reference_starts_from_the_fitted_shift_and_learns_apar
     assert planner._states["next chat"].copy_offset.value == 0.0
 
 
+def test_copy_chains_of_a_request_with_nothing_predicted_stop_at_the_unpriced_length():
+    from hsedit.drafting.planner import UNPREDICTED_MAX_COPY
+
+    repeated = list(range(100, 160))  # 60 tokens the answer repeats
+    context = repeated + repeated[:3]
+    chat = DraftPlanner(min_match=3, max_draft=31)
+    (draft,) = chat.step([row("chat", context, [context[-1]], max_draft=31)])
+    assert draft == repeated[3:3 + UNPREDICTED_MAX_COPY]
+    edit = DraftPlanner(min_match=3, max_draft=31)
+    edit.seed_prediction("edit", repeated)
+    (draft,) = edit.step([row("edit", repeated[:3], [repeated[2]], max_draft=31)])
+    assert draft == repeated[3:34]  # what is predicted is copied as far as the engine verifies
+
+
 def test_a_seeded_prediction_is_copied_from_and_survives_a_rebuild():
     planner = DraftPlanner(min_match=3)
     planner.seed_prediction("a", [40, 41, 42, 43, 44, 45])  # the predicted answer, not in the context

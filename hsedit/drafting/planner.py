@@ -27,6 +27,11 @@ from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
 from hsedit.drafting.copy_drafter import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, Alignment, CopyIndex
 
 DRAFTERS = (COPY, DSPARK)
+# A request with nothing predicted (chat) copies only repeats of its prompt or of its own answer,
+# and long ones are rarely kept whole: its copy chains stop at the unpriced drafters' length.
+# Measured side by side (hsedit bench, chat, one run, 2026-12-06): the hybrid with chains up to 31
+# there 0.985x / 0.988x copy at batch 1 / 4, with 15 1.02x / 1.05x (docs/benchmarks.md).
+UNPREDICTED_MAX_COPY = DEFAULT_MAX_DRAFT
 
 
 @dataclass(frozen=True)
@@ -238,6 +243,8 @@ class DraftPlanner:
     def _copy_chain(self, state: _RequestState, limit: int) -> DraftChain | None:
         if COPY not in self.drafters:
             return None
+        if not state.reference:
+            limit = min(limit, UNPREDICTED_MAX_COPY)
         chain = state.index.propose(limit)
         if (chain is None or not chain.tokens) and self.copy_acceptance is not None:
             # No suffix match right after a change: resume the source where it continues. Only
