@@ -318,20 +318,13 @@ class RenameReach:
     """What an unscoped rename of a name must follow besides its bare uses, read on the whole file
     (a region alone cannot tell)."""
 
-    attributes: bool  # `obj.OLD` is a use (`attributes_follow`)
+    attributes: bool  # `obj.OLD` is a use: OLD is a member, or occurs only as attributes
     exports: bool  # the module's own name is renamed, so its `__all__` entries must follow
 
 
 def rename_reach(source: Source, name: str) -> RenameReach:
     names = any(t.type == "identifier" and t.text == name and t.role == "name" for t in source.tokens)
-    return RenameReach(attributes_follow(source, name), names)
-
-
-def attributes_follow(source: Source, name: str) -> bool:
-    """Whether `obj.NAME` is a use a rename of NAME must follow: NAME is a member (a method, a
-    class attribute, `self.NAME = ...`), or occurs only as attributes."""
-    names = any(t.type == "identifier" and t.text == name and t.role == "name" for t in source.tokens)
-    return not names or _is_member(source, name)
+    return RenameReach(attributes=not names or _is_member(source, name), exports=names)
 
 
 def _check_rename_in(

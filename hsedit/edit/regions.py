@@ -36,8 +36,8 @@ from hsedit.edit.check import (
     _print_statements,
     _walk,
     exported_strings,
+    rename_reach,
 )
-from hsedit.edit.check import attributes_follow as _attributes_follow
 from hsedit.edit.intent import (
     AddParameter,
     Delete,
@@ -209,11 +209,11 @@ def _touched_lines(source: Source, intent: Intent) -> set[int] | None:
 
     match intent:
         case Rename():
-            follow = not scope and _attributes_follow(source, intent.old)
-            roles = ("name", "attribute") if follow else ("name",)
+            reach = None if scope else rename_reach(source, intent.old)  # as the check reads it
+            roles = ("name", "attribute") if reach and reach.attributes else ("name",)
             lines = {t.line - 1 for t in source.tokens
                      if t.type == "identifier" and t.text == intent.old and t.role in roles and inside(t)}
-            if lines and not scope:
+            if reach and reach.exports:
                 lines |= node_lines(exported_strings(source, intent.old))
             return lines
         case SetConstant():
