@@ -94,6 +94,15 @@ def greedy_gaps(engine, prompt_ids: list[int], answer_ids: list[int]) -> list[fl
     return engine.greedy_gaps(prompt_ids, answer_ids)
 
 
+def metric(url: str, name: str, key: str | None = None) -> float:
+    """The sum of a server's /metrics samples whose line starts with `name` (labels included)."""
+    request = urllib.request.Request(url + "/metrics")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    text = urllib.request.urlopen(request, timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
 class Server:
     """`hsedit serve ARGS` as users start it: a subprocess on a free loopback port, up once
     /health answers."""
@@ -120,12 +129,7 @@ class Server:
         raise AssertionError("the server did not come up")
 
     def metric(self, name: str, key: str | None = None) -> float:
-        """The sum of the /metrics samples whose line starts with `name` (labels included)."""
-        request = urllib.request.Request(self.url + "/metrics")
-        if key:
-            request.add_header("Authorization", f"Bearer {key}")
-        text = urllib.request.urlopen(request, timeout=10).read().decode()
-        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+        return metric(self.url, name, key)
 
     def stop(self) -> int:
         if self.process.poll() is None:

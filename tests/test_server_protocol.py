@@ -529,14 +529,11 @@ def _open_stream(url, path, body, key=None):
     return connection, response
 
 
-def _metric(url, name):
-    _, text = http("GET", url + "/metrics")
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
-
-
 def test_a_client_gone_mid_stream_has_its_request_aborted(scripted_server):
     import socket
     import time
+
+    from tests.conftest import metric
 
     url, engine = scripted_server("x = 2 " * 50, hold=True)
     chat = {"messages": [{"role": "user", "content": "Hi"}], "stream": True}
@@ -544,7 +541,7 @@ def test_a_client_gone_mid_stream_has_its_request_aborted(scripted_server):
     assert len(engine.running) == 1  # held after its first step: it cannot have finished
     connection.sock.shutdown(socket.SHUT_RDWR)  # the client is gone (a close waits for the response's reader)
     deadline = time.monotonic() + 30
-    while engine.running or _metric(url, "hsedit_requests_aborted_total") != 1:
+    while engine.running or metric(url, "hsedit_requests_aborted_total") != 1:
         assert time.monotonic() < deadline, "the request of the client that left was not aborted"
         time.sleep(0.05)
     engine.release.set()
