@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from hsedit.bench import (
@@ -233,3 +234,18 @@ def test_outputs_are_identical_greedy_within_tolerance_or_changed():
     sampled = Cell("chat", 1, "hybrid")
     judge_exactness(sampled, drafted, plain, _ScoredEngine({}), tolerance=None)
     assert (sampled.identical, sampled.near_ties, sampled.mismatches, sampled.sampled_differs) == (1, [], [], ["b", "c"])
+
+
+def test_a_gap_exactly_at_the_tolerance_is_within_it():
+    """bf16 logits exactly 0.5 apart (the bf16 tolerance) read a hair above 0.5 as float32
+    log-probabilities; the judge takes that as 0.5, and a gap one bf16 step further as outside."""
+    from hsedit.engine.engine import GREEDY_TOLERANCE, within_greedy_tolerance
+
+    tolerance = GREEDY_TOLERANCE["bfloat16"]
+    logits = torch.tensor([10.0, 10.0 - tolerance, 9.0], dtype=torch.bfloat16)  # [vocab]
+    logprobs = logits.float().log_softmax(-1)
+    gap = float(logprobs[0] - logprobs[1])
+    assert gap > tolerance  # 0.50000006
+    assert within_greedy_tolerance(gap, tolerance)
+    further = torch.tensor([10.0, 10.0 - tolerance - 0.0625, 9.0], dtype=torch.bfloat16).float().log_softmax(-1)
+    assert not within_greedy_tolerance(float(further[0] - further[1]), tolerance)

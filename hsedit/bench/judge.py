@@ -11,7 +11,7 @@ from hsedit.apply import EditJob, finish_edit
 from hsedit.bench.report import Cell
 from hsedit.bench.workloads import BenchTask
 from hsedit.edit.diff import edit_distance
-from hsedit.engine.engine import GREEDY_TOLERANCE, Engine, Generation, GenerationRequest
+from hsedit.engine.engine import GREEDY_TOLERANCE, Engine, Generation, GenerationRequest, within_greedy_tolerance
 from hsedit.errors import OutputTruncatedError
 
 
@@ -48,7 +48,7 @@ def judge_exactness(cell: Cell, outputs: Sequence[Output], plain_outputs: Sequen
         gaps = plain.greedy_gaps(prompt_ids, mine.generation.token_ids)
         worst = max(gaps, default=0.0)
         cell.worst_gap = max(cell.worst_gap, worst)
-        names = cell.near_ties if worst <= tolerance else cell.mismatches
+        names = cell.near_ties if within_greedy_tolerance(worst, tolerance) else cell.mismatches
         if mine.task.name not in names:
             names.append(mine.task.name)
 

@@ -42,7 +42,7 @@ from hsedit.engine.vllm_engine import (
 from hsedit.engine.vllm_model_runner import SEEDED_SAMPLING_ARG
 from hsedit.errors import ContextTooLongError
 
-__all__ = ["GREEDY_TOLERANCE", "Engine", "EngineOptions", "Generation", "GenerationRequest", "StepEvent", "shared_engine"]
+__all__ = ["GREEDY_TOLERANCE", "within_greedy_tolerance", "Engine", "EngineOptions", "Generation", "GenerationRequest", "StepEvent", "shared_engine"]
 
 
 
@@ -52,6 +52,15 @@ __all__ = ["GREEDY_TOLERANCE", "Engine", "EngineOptions", "Generation", "Generat
 # step can round a near tie apart. bf16 keeps 8 bits of mantissa: a logit between 32 and 64 is
 # rounded to 0.25, and a tie flips within two such steps; a wrong token lies whole nats below.
 GREEDY_TOLERANCE = {"float32": 0.01, "bfloat16": 0.5, "float16": 0.5}
+# A gap is the difference of two float32 log-probabilities of one row, each rounded on its own:
+# logits exactly 0.5 apart in bf16 can read 0.50000006. Gaps are compared to a tolerance at this
+# resolution, far below the step between any two logits of a bf16 row that could tie.
+GAP_RESOLUTION = 1e-4
+
+
+def within_greedy_tolerance(gap: float, tolerance: float) -> bool:
+    """Whether a token `gap` nats below the top choice is greedy decoding up to the kernels' noise."""
+    return gap <= tolerance + GAP_RESOLUTION
 
 
 class Engine:
