@@ -342,6 +342,13 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
     part.truncated_at, part.looped = None, False
     part.new_own = new_own
     part.verdict = check_intent(plan.job.source.path, shown, new_shown, plan.intent, reach=plan.reach)
+    if part.verdict.failed and part.region.head:
+        # The head is shown, never spliced: what the model did to it is dropped. Judged as it is
+        # spliced (under the head as it was), the region's own lines may be right all the same.
+        spliced = check_intent(plan.job.source.path, shown, part.region.head_text + new_own, plan.intent,
+                               reach=plan.reach)
+        if spliced.ok:
+            part.verdict = spliced
     part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None
     part.final = part.problem is None
 

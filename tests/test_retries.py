@@ -125,6 +125,27 @@ def test_an_answer_that_does_not_parse_where_it_goes_is_asked_again():
     assert result.new_text == ONE_FUNCTION.replace("total_0", "first_total")
 
 
+class HeadChangedAnswers(UnchangedAnswers):
+    """Answers the first round unchanged; later rounds renamed, and the piece shown under the
+    function's `def` line (its `return`) with that read-only line changed as well."""
+
+    def generate(self, jobs, **kwargs):
+        for done in super().generate(jobs, **kwargs):
+            text = done.generation.text
+            if len(self.rounds) > 1:
+                text = text.replace("total_0", "first_total")
+                if "items[0]" not in text:
+                    text = text.replace("def step_0(items):", "def step_0(items: list):")
+            yield GeneratedEdit(done.index, done.request, Generation(text=text, stats=done.generation.stats))
+
+
+def test_what_the_model_does_to_a_read_only_head_does_not_fail_its_region():
+    rounds, result = run(True, ONE_FUNCTION, HeadChangedAnswers())
+    assert len(rounds) == 2  # the region, then its statements: both right where they are spliced
+    assert result.refusal() is None, result.refusal()
+    assert result.new_text == ONE_FUNCTION.replace("total_0", "first_total")  # the `def` line as it was
+
+
 class LoopingAnswers(UnchangedAnswers):
     """Every answer stopped by the engine in a loop (finish reason "repetition")."""
 
