@@ -247,5 +247,6 @@ def test_a_gap_exactly_at_the_tolerance_is_within_it():
     gap = float(logprobs[0] - logprobs[1])
     assert gap > tolerance  # 0.50000006
     assert within_greedy_tolerance(gap, tolerance)
-    further = torch.tensor([10.0, 10.0 - tolerance - 0.0625, 9.0], dtype=torch.bfloat16).float().log_softmax(-1)
+    one_step_further = torch.tensor([10.0, 10.0 - tolerance - 0.0625, 9.0], dtype=torch.bfloat16)
+    further = one_step_further.float().log_softmax(-1)
     assert not within_greedy_tolerance(float(further[0] - further[1]), tolerance)

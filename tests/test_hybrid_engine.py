@@ -151,7 +151,8 @@ def test_vllm_cpu_rejection_sampler_leaves_drafted_temperatures_unwritten():
     temperatures = torch.tensor([0.7, 1.3])  # [batch_size]
     cu_num_draft_tokens = torch.tensor([2, 5], dtype=torch.int32)  # [batch_size]
     expanded = torch.full((5,), float("nan"))  # [num_draft_tokens]
-    rejection_sampler._expand(expanded, temperatures, cu_num_draft_tokens, rejection_sampler.GREEDY_TEMPERATURE, 1)
+    greedy = rejection_sampler.GREEDY_TEMPERATURE
+    rejection_sampler._expand(expanded, temperatures, cu_num_draft_tokens, greedy, 1)
     assert torch.isnan(expanded).all()  # written, it would be [0.7, 0.7, 1.3, 1.3, 1.3]
 
 

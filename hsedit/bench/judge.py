@@ -11,7 +11,13 @@ from hsedit.apply import EditJob, finish_edit
 from hsedit.bench.report import Cell
 from hsedit.bench.workloads import BenchTask
 from hsedit.edit.diff import edit_distance
-from hsedit.engine.engine import GREEDY_TOLERANCE, Engine, Generation, GenerationRequest, within_greedy_tolerance
+from hsedit.engine.engine import (
+    GREEDY_TOLERANCE,
+    Engine,
+    Generation,
+    GenerationRequest,
+    within_greedy_tolerance,
+)
 from hsedit.errors import OutputTruncatedError
 
 

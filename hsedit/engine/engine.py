@@ -42,7 +42,16 @@ from hsedit.engine.vllm_engine import (
 from hsedit.engine.vllm_model_runner import SEEDED_SAMPLING_ARG
 from hsedit.errors import ContextTooLongError
 
-__all__ = ["GREEDY_TOLERANCE", "within_greedy_tolerance", "Engine", "EngineOptions", "Generation", "GenerationRequest", "StepEvent", "shared_engine"]
+__all__ = [
+    "GREEDY_TOLERANCE",
+    "Engine",
+    "EngineOptions",
+    "Generation",
+    "GenerationRequest",
+    "StepEvent",
+    "shared_engine",
+    "within_greedy_tolerance",
+]
 
 
 
