@@ -5,6 +5,7 @@ import io
 import random
 import re
 import tokenize
+from collections import Counter
 
 import pytest
 
@@ -15,6 +16,7 @@ from hsedit.train.finetune.dataset import (
     MAX_WHOLE_FILE_LINES,
     MAX_WHOLE_FILE_TOKENS,
     MIN_WHOLE_FILE_LINES,
+    SHORT_FILE_LINES,
     Example,
     chunks,
     estimated_tokens,
@@ -309,6 +311,28 @@ def test_whole_files_keep_to_the_line_and_token_bounds():
     assert estimated_tokens(whole_file(wide)) <= MAX_WHOLE_FILE_TOKENS
     one_statement = "VALUES = [\n" + "    1,\n" * 250 + "]\n"
     assert whole_file(one_statement) is None
+
+
+def test_short_whole_files_are_cut_to_their_own_bounds():
+    module = "".join(f"def f{i}(x):\n    y = x + {i}\n    return y\n\n\n" for i in range(80))
+    top = whole_file(module, SHORT_FILE_LINES)
+    assert module.startswith(top) and SHORT_FILE_LINES[0] <= len(top.splitlines()) <= SHORT_FILE_LINES[1]
+    examples = generate_whole_files(seed=0, limit_per_kind=2, files=synthetic_files(), bounds=SHORT_FILE_LINES)
+    assert examples
+    assert all(SHORT_FILE_LINES[0] <= len(e.before.splitlines()) <= SHORT_FILE_LINES[1] for e in examples)
+
+
+def test_class_renames_favour_classes_other_classes_extend():
+    source = "".join(
+        f"class Leaf{i}:\n    pass\n\n\nx{i} = Leaf{i}()\ny{i} = Leaf{i}()\n\n\n" for i in range(6)
+    ) + "class Base:\n    pass\n\n\nclass Sub(Base):\n    pass\n\n\nz = Base()\n"
+    renamed = Counter(
+        re.search(r"\bBase\b", edits.rename_everywhere(source, random.Random(seed), "class").after) is None
+        for seed in range(200)
+    )
+    base_share = renamed[True] / 200
+    # Base has 3 uses against each leaf's 3: a seventh of the picks unweighted, 3/9 weighted.
+    assert base_share > 0.25
 
 
 def synthetic_files(count=40):

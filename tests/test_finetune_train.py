@@ -163,3 +163,18 @@ def test_the_loss_weights_changed_lines_and_equals_the_plain_loss_unweighted():
     out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
     mine = weighted_loss(out.logits[0], torch.tensor(labels), torch.tensor(weights))
     assert torch.allclose(mine, out.loss, atol=1e-5)
+
+
+def test_bf16_training_is_refused_where_the_machine_only_emulates_it(monkeypatch, tmp_path):
+    """On an AVX2-only CPU a bf16 matmul of a training step's shape runs ~100x slower than fp32:
+    `--bf16` there is one clear line and exit 2, before any model is loaded."""
+    from typer.testing import CliRunner
+
+    import hsedit.engine.options
+    from hsedit.cli import app
+
+    monkeypatch.setattr(hsedit.engine.options, "machine_dtype", lambda: "float32")
+    result = CliRunner().invoke(app, ["finetune", "train", "--data", str(tmp_path / "absent.jsonl"),
+                                      "--out", str(tmp_path / "out"), "--bf16"])
+    assert result.exit_code == 2 and "emulation" in result.output
+    assert not (tmp_path / "out").exists()

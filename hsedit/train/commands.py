@@ -29,6 +29,7 @@ def finetune_data(
     out: Annotated[Path, typer.Option(help="JSON-lines file to write.")],
     per_kind: Annotated[int, typer.Option(help="Training examples per edit kind.", min=1)] = 70,
     file_per_kind: Annotated[int, typer.Option(help="Whole-file examples per edit kind (50-200-line files), besides the chunks.", min=0)] = 0,
+    short_file_per_kind: Annotated[int, typer.Option(help="Whole-file examples per edit kind of short files (20-49 lines, the size of the demo files).", min=0)] = 0,
     region_per_kind: Annotated[int, typer.Option(help="Region examples per edit kind (regions of files of any size, cut and picked as `apply --scope regions` does), besides the chunks.", min=0)] = 0,
     finer_share: Annotated[float, typer.Option(help="Share of the region edits cut at the finer budgets a failing region is asked again at (pieces of ~15 lines, single statements).", min=0.0, max=1.0)] = 0.0,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
@@ -36,11 +37,20 @@ def finetune_data(
     """Generate instructed edits with exact targets from installed Python source."""
     from collections import Counter
 
-    from hsedit.train.finetune.dataset import generate, generate_regions, generate_whole_files, save
+    from hsedit.train.finetune.dataset import (
+        SHORT_FILE_LINES,
+        generate,
+        generate_regions,
+        generate_whole_files,
+        save,
+    )
 
     examples = generate(seed=seed, limit_per_kind=per_kind)
     if file_per_kind:
         examples += generate_whole_files(seed=seed, limit_per_kind=file_per_kind)
+    if short_file_per_kind:
+        examples += generate_whole_files(seed=seed + 1, limit_per_kind=short_file_per_kind,
+                                         bounds=SHORT_FILE_LINES)
     if region_per_kind:
         examples += generate_regions(seed=seed, limit_per_kind=region_per_kind, finer_share=finer_share)
     save(examples, out)
@@ -60,16 +70,22 @@ def finetune_train(
     learning_rate: Annotated[float, typer.Option()] = 4e-4,
     max_tokens: Annotated[int, typer.Option(help="Skip examples longer than this (prompt + answer); whole files need ~6000.", min=64)] = 1024,
     init_adapter: Annotated[Optional[Path], typer.Option(help="Continue training this adapter (e.g. hsedit/models/apply-lora) instead of a new one.")] = None,
-    bf16: Annotated[bool, typer.Option(help="bf16 autocast (faster on CPUs with AVX-512 BF16).")] = False,
+    bf16: Annotated[bool, typer.Option(help="bf16 autocast (faster on GPUs and on CPUs with AVX512-BF16 or AMX; refused on other CPUs, where it is ~100x slower).")] = False,
     checkpoint: Annotated[Optional[Path], typer.Option(help="Resume from and save to this directory (adapter, optimizer, data position, RNG): runs accumulate.")] = None,
     budget_tokens: Annotated[Optional[int], typer.Option(help="With --checkpoint: decay the learning rate over this many tokens, counted over every run.", min=1)] = None,
     changed_weight: Annotated[float, typer.Option(help="Loss weight of the answer's tokens on changed lines (and the few after each change) against 1 for copied lines.", min=0.0)] = 1.0,
     examples: Annotated[Optional[int], typer.Option(help="Stop (and save) after this many examples in this run: two runs on the same data and seed then see the same examples.", min=1)] = None,
 ) -> None:
     """LoRA fine-tune of the apply model (CPU or GPU: torch decides)."""
+    from hsedit.engine.options import machine_dtype
     from hsedit.engine.provision import resolve_model
+    from hsedit.errors import UsageError
     from hsedit.train.finetune.train import TrainConfig, train
 
+    if bf16 and machine_dtype() == "float32":
+        # Measured on an AVX2-only CPU: a bf16 matmul of a training step's shape took 3 s against 23 ms in fp32.
+        raise UsageError("--bf16: this machine computes bf16 only in emulation (no AVX512-BF16, AMX or GPU); "
+                         "train without it")
     base_dir = resolve_model(base)
     config = TrainConfig(
         data=str(data), base_model=base_dir, output=str(out), rank=rank,

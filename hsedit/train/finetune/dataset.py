@@ -35,6 +35,9 @@ HELD_OUT_PERCENT = 12
 SNIPPET_MERGE_SHARE = 0.2
 
 MIN_WHOLE_FILE_LINES, MAX_WHOLE_FILE_LINES = 50, 200
+# Short whole files, the size of this project's demo files (25-48 lines): a model trained on regions
+# of that size and on whole files of 50 lines or more answered a short file's first lines only.
+SHORT_FILE_LINES = (20, MIN_WHOLE_FILE_LINES - 1)
 # The apply model's context is 8,192 tokens and an example holds the file twice, in the prompt and
 # again as the answer, besides the instruction and the prompt template: files of up to ~2,400
 # tokens leave room for both and for an answer that grows. Tokens are estimated from characters,
@@ -175,16 +178,16 @@ def estimated_tokens(text: str) -> int:
     return round(len(text) / CHARS_PER_TOKEN)
 
 
-def _fits_whole(text: str) -> bool:
-    fits_lines = MIN_WHOLE_FILE_LINES <= len(text.splitlines()) <= MAX_WHOLE_FILE_LINES
+def _fits_whole(text: str, bounds: tuple[int, int]) -> bool:
+    fits_lines = bounds[0] <= len(text.splitlines()) <= bounds[1]
     return fits_lines and estimated_tokens(text) <= MAX_WHOLE_FILE_TOKENS
 
 
-def whole_file(text: str) -> str | None:
-    """The file itself if it has MIN..MAX_WHOLE_FILE_LINES lines and fits the token budget; for a
+def whole_file(text: str, bounds: tuple[int, int] = (MIN_WHOLE_FILE_LINES, MAX_WHOLE_FILE_LINES)) -> str | None:
+    """The file itself if its line count is within `bounds` and it fits the token budget; for a
     larger one, its longest top (whole top-level statements from the first) that does; else None.
     A top of whole statements is a complete module, as an edited file would be."""
-    if _fits_whole(text):
+    if _fits_whole(text, bounds):
         return text
     try:
         tree = ast.parse(text)
@@ -194,10 +197,10 @@ def whole_file(text: str) -> str | None:
     best = None
     for node in tree.body:
         top = "".join(lines[: node.end_lineno])
-        if node.end_lineno > MAX_WHOLE_FILE_LINES or estimated_tokens(top) > MAX_WHOLE_FILE_TOKENS:
+        if node.end_lineno > bounds[1] or estimated_tokens(top) > MAX_WHOLE_FILE_TOKENS:
             break
         best = top
-    return best if best is not None and _fits_whole(best) else None
+    return best if best is not None and _fits_whole(best, bounds) else None
 
 
 def generate_whole_files(
@@ -205,9 +208,10 @@ def generate_whole_files(
     limit_per_kind: int = 60,
     max_files: int | None = None,
     files: Iterable[tuple[str, str]] | None = None,
+    bounds: tuple[int, int] = (MIN_WHOLE_FILE_LINES, MAX_WHOLE_FILE_LINES),
 ) -> list[Example]:
-    """Whole-file examples: up to `limit_per_kind` per kind from train files, the held-out share
-    from eval files. `files` ((relative path, text) pairs) defaults to `source_files()`."""
+    """Whole-file examples of files (or their tops) of `bounds` lines: up to `limit_per_kind` per
+    kind from train files, the held-out share from eval files. `files` ((relative path, text) pairs) defaults to `source_files()`."""
     # NO_CHANGE_SHARE of the examples once every other kind (snippet_merge too) is full.
     limited_kinds = len(FILE_GENERATORS)  # all but no_change, and snippet_merge
     no_change_per_limit = limited_kinds * NO_CHANGE_SHARE / (1 - NO_CHANGE_SHARE)
@@ -216,7 +220,7 @@ def generate_whole_files(
         limit = limit_per_kind if split == "train" else _eval_cap(limit_per_kind)
         return round(limit * no_change_per_limit) if kind == "no_change" else limit
 
-    return _whole_file_examples(seed, cap, max_files, files)
+    return _whole_file_examples(seed, cap, max_files, files, bounds)
 
 
 # This project's demo files and their task file (`make demo`, `hsedit batch`): whole files the
@@ -259,6 +263,7 @@ def _whole_file_examples(
     cap: Callable[[str, str], int],
     max_files: int | None,
     files: Iterable[tuple[str, str]] | None,
+    bounds: tuple[int, int] = (MIN_WHOLE_FILE_LINES, MAX_WHOLE_FILE_LINES),
 ) -> list[Example]:
     """One example per usable file, until every (split, kind) has `cap(split, kind)` of them."""
     rng = random.Random(seed)
@@ -277,7 +282,7 @@ def _whole_file_examples(
             break
         split = split_of(relative)
         open_kinds = [kind for kind in edit_kinds if is_open(split, kind)]
-        piece = whole_file(text) if open_kinds or is_open(split, "no_change") else None
+        piece = whole_file(text, bounds) if open_kinds or is_open(split, "no_change") else None
         if piece is None:
             continue
         edit = None

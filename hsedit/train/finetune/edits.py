@@ -572,6 +572,9 @@ FILE_RENAME_TEMPLATES = RENAME_TEMPLATES + (
 )
 MIN_FILE_RENAME_USES = 3  # a binding and two uses or more: finding every use is what is hard
 LOOK_ALIKE_WEIGHT = 3  # names that the rename must leave alone elsewhere are what a model gets wrong
+# A class that other classes of the file extend: the model renamed a class's uses but left it in
+# `class Sub(Old):` lines (held-out renames in real files).
+BASE_CLASS_WEIGHT = 3
 BUILTIN_NAMES = frozenset(dir(builtins))
 
 
@@ -639,9 +642,10 @@ def _has_look_alikes(name: str, identifiers: set[str], prose: str) -> bool:
 def rename_everywhere(source: str, rng: random.Random, what: str) -> Edit | None:
     """Rename a top-level function or class, or a variable, at every use in the file.
 
-    Names used often, and names with look-alikes the rename must leave alone, are picked more
-    often. A name that also occurs as an attribute or a keyword argument is skipped: "everywhere"
-    would be ambiguous there. So in the target every NAME token of the old name is renamed.
+    Names used often, names with look-alikes the rename must leave alone, and classes other
+    classes extend are picked more often. A name that also occurs as an attribute or a keyword
+    argument is skipped: "everywhere" would be ambiguous there. So in the target every NAME token
+    of the old name is renamed.
     """
     tree = _parse(source)
     if tree is None:
@@ -658,7 +662,12 @@ def rename_everywhere(source: str, rng: random.Random, what: str) -> Edit | None
     )
     identifiers = set(uses)
     look_alike = {name for name in candidates if _has_look_alikes(name, identifiers, prose)}
-    weights = [uses[name] * (LOOK_ALIKE_WEIGHT if name in look_alike else 1) for name in candidates]
+    bases = {base.id for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+             for base in node.bases if isinstance(base, ast.Name)}
+    weights = [
+        uses[name] * (LOOK_ALIKE_WEIGHT if name in look_alike else 1) * (BASE_CLASS_WEIGHT if name in bases else 1)
+        for name in candidates
+    ]
     while candidates:
         pick = rng.choices(range(len(candidates)), weights)[0]
         old = candidates.pop(pick)
