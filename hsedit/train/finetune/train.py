@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -113,6 +114,22 @@ def changed_spans(before: str, after: str) -> list[tuple[int, int]]:
     return spans
 
 
+def yield_like_niceness(autogroup: Path = Path("/proc/self/autogroup")) -> bool:
+    """Give this process's niceness to its whole session, where it leads one: under Linux's
+    autogroup scheduling niceness ranks processes only within their session, so `setsid nice -n 19
+    hsedit finetune train` took a whole core from an engine started in another session (seen: a
+    test run and a "background" training each at ~100%). Only a session leader: a training run in
+    the user's terminal would lower the terminal's whole session. Returns whether it did."""
+    niceness = os.nice(0)
+    if niceness <= 0 or os.getsid(0) != os.getpid() or not autogroup.exists():
+        return False
+    try:
+        autogroup.write_text(str(niceness))
+    except OSError:
+        return False
+    return True
+
+
 def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
@@ -120,6 +137,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
 
     if config.init_adapter and not (Path(config.init_adapter) / "adapter_config.json").is_file():
         raise UsageError(f"not a LoRA adapter directory (no adapter_config.json): {config.init_adapter}")
+    if yield_like_niceness():
+        log(f"niceness {os.nice(0)} given to this session's scheduling group (autogroup)")
     torch.manual_seed(config.seed)
     if config.threads:
         torch.set_num_threads(config.threads)
