@@ -252,8 +252,6 @@ def watch(state: DaemonState, options: EngineOptions, idle_seconds: Callable[[],
                 reason = "its socket was removed"
             else:
                 continue
-            if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
-                return  # a stop is under way (the server ignores SIGTERM once it has one)
             print(f"hsedit-daemon: stopping: {reason}", flush=True)
             os.kill(os.getpid(), signal.SIGTERM)
             return

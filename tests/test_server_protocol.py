@@ -590,26 +590,3 @@ def test_the_client_runs_without_vllm_or_fastapi(scripted_server, tmp_path):
                           check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["new_text"] == "x = 2\n"
-
-
-def test_a_stop_takes_one_sigterm_and_ignores_the_next():
-    """The first SIGTERM stops the server (SystemExit); a second one, such as a background engine's
-    watcher sends when the stop removes its socket, must not raise again in the middle of the
-    interpreter's shutdown. A second Ctrl-C still ends it at once."""
-    import os
-    import signal
-
-    from hsedit.server.main import _exit_cleanly
-
-    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    try:
-        signal.signal(signal.SIGTERM, _exit_cleanly)
-        with pytest.raises(SystemExit):
-            os.kill(os.getpid(), signal.SIGTERM)
-            signal.sigtimedwait([], 0)  # a pending handler runs before this returns
-        os.kill(os.getpid(), signal.SIGTERM)  # ignored: the test goes on
-        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
-        assert signal.getsignal(signal.SIGINT) == signal.SIG_DFL
-    finally:
-        signal.signal(signal.SIGTERM, before[0])
-        signal.signal(signal.SIGINT, before[1])

@@ -162,11 +162,6 @@ def _unix_listener(socket_path: Path) -> socket.socket:
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
-    # Once: a second SIGTERM (a background engine's watcher sends one when its socket goes, which
-    # the stop itself removes) would raise again inside the interpreter's shutdown. A second
-    # Ctrl-C still ends it at once.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
     raise SystemExit(0)
 
 
