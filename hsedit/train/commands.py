@@ -83,7 +83,7 @@ def finetune_train(
     from hsedit.train.finetune.train import TrainConfig, train
 
     if bf16 and machine_dtype() == "float32":
-        # Measured on an AVX2-only CPU: a bf16 matmul of a training step's shape took 3 s against 23 ms in fp32.
+        # Measured on an AVX2-only CPU: a bf16 matmul of a training step's shape, 3 s; in fp32, 23 ms.
         raise UsageError("--bf16: this machine computes bf16 only in emulation (no AVX512-BF16, AMX or GPU); "
                          "train without it")
     base_dir = resolve_model(base)

@@ -35,6 +35,7 @@ HELD_OUT_PERCENT = 12
 SNIPPET_MERGE_SHARE = 0.2
 
 MIN_WHOLE_FILE_LINES, MAX_WHOLE_FILE_LINES = 50, 200
+WHOLE_FILE_LINES = (MIN_WHOLE_FILE_LINES, MAX_WHOLE_FILE_LINES)
 # Short whole files, the size of this project's demo files (25-48 lines): a model trained on regions
 # of that size and on whole files of 50 lines or more answered a short file's first lines only.
 SHORT_FILE_LINES = (20, MIN_WHOLE_FILE_LINES - 1)
@@ -183,7 +184,7 @@ def _fits_whole(text: str, bounds: tuple[int, int]) -> bool:
     return fits_lines and estimated_tokens(text) <= MAX_WHOLE_FILE_TOKENS
 
 
-def whole_file(text: str, bounds: tuple[int, int] = (MIN_WHOLE_FILE_LINES, MAX_WHOLE_FILE_LINES)) -> str | None:
+def whole_file(text: str, bounds: tuple[int, int] = WHOLE_FILE_LINES) -> str | None:
     """The file itself if its line count is within `bounds` and it fits the token budget; for a
     larger one, its longest top (whole top-level statements from the first) that does; else None.
     A top of whole statements is a complete module, as an edited file would be."""
@@ -208,10 +209,11 @@ def generate_whole_files(
     limit_per_kind: int = 60,
     max_files: int | None = None,
     files: Iterable[tuple[str, str]] | None = None,
-    bounds: tuple[int, int] = (MIN_WHOLE_FILE_LINES, MAX_WHOLE_FILE_LINES),
+    bounds: tuple[int, int] = WHOLE_FILE_LINES,
 ) -> list[Example]:
     """Whole-file examples of files (or their tops) of `bounds` lines: up to `limit_per_kind` per
-    kind from train files, the held-out share from eval files. `files` ((relative path, text) pairs) defaults to `source_files()`."""
+    kind from train files, the held-out share from eval files. `files` ((relative path, text)
+    pairs) defaults to `source_files()`."""
     # NO_CHANGE_SHARE of the examples once every other kind (snippet_merge too) is full.
     limited_kinds = len(FILE_GENERATORS)  # all but no_change, and snippet_merge
     no_change_per_limit = limited_kinds * NO_CHANGE_SHARE / (1 - NO_CHANGE_SHARE)
@@ -263,7 +265,7 @@ def _whole_file_examples(
     cap: Callable[[str, str], int],
     max_files: int | None,
     files: Iterable[tuple[str, str]] | None,
-    bounds: tuple[int, int] = (MIN_WHOLE_FILE_LINES, MAX_WHOLE_FILE_LINES),
+    bounds: tuple[int, int] = WHOLE_FILE_LINES,
 ) -> list[Example]:
     """One example per usable file, until every (split, kind) has `cap(split, kind)` of them."""
     rng = random.Random(seed)

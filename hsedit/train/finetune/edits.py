@@ -665,7 +665,9 @@ def rename_everywhere(source: str, rng: random.Random, what: str) -> Edit | None
     bases = {base.id for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
              for base in node.bases if isinstance(base, ast.Name)}
     weights = [
-        uses[name] * (LOOK_ALIKE_WEIGHT if name in look_alike else 1) * (BASE_CLASS_WEIGHT if name in bases else 1)
+        uses[name]
+        * (LOOK_ALIKE_WEIGHT if name in look_alike else 1)
+        * (BASE_CLASS_WEIGHT if name in bases else 1)
         for name in candidates
     ]
     while candidates:
