@@ -9,7 +9,7 @@ import pytest
 
 from hsedit.config import load_config
 from hsedit.drafting.chain import DSPARK, COPY, StepRecord
-from hsedit.engine.requests import StepEvent
+from hsedit.engine.requests import GenerationRequest, StepEvent
 from hsedit.engine.stats import RequestStats
 from hsedit.errors import (
     ContextTooLongError,
@@ -315,6 +315,7 @@ class ScriptedEngine:
 
         from hsedit.engine.engine import Engine
 
+        self.threads = {"built": threading.get_ident(), "stepped": set(), "closed": None}
         self.answer, self.tokenizer, self.fail = answer, Chars(), None
         self.running, self.ids = {}, iter(range(10**6))
         self.release = threading.Event()
@@ -334,7 +335,15 @@ class ScriptedEngine:
         for rid in ids:
             self.running.pop(rid, None)
 
+    def close(self):
+        import threading
+
+        self.threads["closed"] = threading.get_ident()
+
     def step(self):
+        import threading
+
+        self.threads["stepped"].add(threading.get_ident())
         if self.fail:
             raise RuntimeError(self.fail)
         events = []
@@ -374,10 +383,10 @@ def scripted_server():
     running = []
 
     def start(answer="x = 2", max_queue=4, hold=False, **settings):
-        engine = ScriptedEngine(answer, hold)
-        engine_thread = EngineThread(engine, max_queue=max_queue)
-        app = create_app(engine_thread, ServerSettings(served_model="embedded", drafter="copy", **settings))
+        engine_thread = EngineThread(lambda: ScriptedEngine(answer, hold), max_queue=max_queue)
         engine_thread.start()
+        engine = engine_thread.engine
+        app = create_app(engine_thread, ServerSettings(served_model="embedded", drafter="copy", **settings))
         port = free_port()
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
@@ -395,6 +404,36 @@ def scripted_server():
         server.should_exit = True
         thread.join(10)
         engine_thread.stop()
+
+
+def test_the_engine_is_built_stepped_and_closed_on_the_engine_thread_alone():
+    """Not on the caller's: each thread that computes gets a team of OpenMP workers of its own,
+    and two teams slowed every step of a real engine 1.5-3x on a 2-core CPU."""
+    import threading
+
+    from hsedit.server.engine_thread import EngineThread
+
+    engine_thread = EngineThread(lambda: ScriptedEngine("x = 2"), max_queue=1)
+    engine_thread.start()
+    engine = engine_thread.engine
+    finished = threading.Event()
+    engine_thread.submit(lambda e: GenerationRequest([1, 2], max_tokens=8),
+                         lambda item: getattr(item, "finished", False) and finished.set())
+    assert finished.wait(30)
+    engine_thread.stop()
+    threads = engine.threads
+    assert threads["stepped"] == {threads["built"]} and threads["closed"] == threads["built"]
+    assert threads["built"] != threading.get_ident()
+
+
+def test_an_engine_that_cannot_start_fails_the_start_itself():
+    from hsedit.server.engine_thread import EngineThread
+
+    def broken():
+        raise RuntimeError("no such model")
+
+    with pytest.raises(RuntimeError, match="no such model"):
+        EngineThread(broken, max_queue=1).start()
 
 
 def http(method, url, body=None, key=None, raw=None):

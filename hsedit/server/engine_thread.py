@@ -1,8 +1,12 @@
 """The engine's own thread: requests from any thread join the running batch at the next step.
 
 vLLM's engine is driven by one caller; the HTTP server has many. `EngineThread` owns the
-`Engine` on one thread and loops: admit what was submitted, abort what was cancelled, run one
-step, hand every request its event. A request submitted while others run joins them at the
+`Engine` on one thread, from its start to its close, and loops: admit what was submitted, abort
+what was cancelled, run one step, hand every request its event. The engine is built on that
+thread too, never handed over from another: torch's OpenMP runs a team of worker threads for each
+thread that computes, and once a second team exists every parallel region pays for it (on a
+2-core CPU, an engine started on the main thread and stepped on this one decoded 1.5-3x slower
+than on either alone; docs/serving.md). A request submitted while others run joins them at the
 next step (continuous batching), so the hybrid drafter's allocation works on real concurrency.
 
 A request is submitted as a `build_request` function, run on the engine thread just before the
@@ -60,8 +64,11 @@ class Ticket:
 
 
 class EngineThread:
-    def __init__(self, engine: Any, *, max_queue: int, metrics: Metrics | None = None) -> None:
-        self.engine = engine
+    def __init__(self, make_engine: Callable[[], Any], *, max_queue: int, metrics: Metrics | None = None) -> None:
+        self._make_engine = make_engine
+        self.engine: Any = None  # built by `start`, on the engine thread
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
         self.max_queue = max_queue
         self.metrics = metrics or Metrics()
         self._ids = itertools.count()
@@ -72,11 +79,16 @@ class EngineThread:
         self._held = 0  # submitted + running: what --max-queue bounds
         self._last_active = time.monotonic()  # when a request last came in or finished
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="hsedit-engine", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="hsedit-engine", daemon=True)
 
     # -- any thread ----------------------------------------------------------------------------
     def start(self) -> None:
+        """Build the engine on the engine thread and start serving; return once it is ready (a
+        failed start raises its error here)."""
         self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            raise self._start_error
 
     def submit(self, build_request: BuildRequest, listener: Listener) -> Ticket:
         with self._wake:
@@ -122,6 +134,21 @@ class EngineThread:
         return len(self._running)
 
     # -- the engine thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self.engine = self._make_engine()
+        except BaseException as error:  # the caller of `start` reports it
+            self._start_error = error
+            return
+        finally:
+            self._started.set()
+        try:
+            self._loop()
+        finally:
+            close = getattr(self.engine, "close", None)
+            if close is not None:
+                close()
+
     def _loop(self) -> None:
         while True:
             with self._wake:

@@ -1,7 +1,7 @@
 """`hsedit serve`: start the engine once, serve it until SIGTERM or Ctrl-C.
 
 uvicorn stops taking connections on SIGTERM/SIGINT and lets the requests in flight finish for
-up to `GRACEFUL_SHUTDOWN_S`; then the engine thread aborts what is left, the engine closes, exit 0.
+up to `GRACEFUL_SHUTDOWN_S`; then the engine thread aborts what is left and closes the engine, exit 0.
 (uvicorn re-raises the signal once it is done, to whatever handler was there before it: ours
 turns that into a clean exit, where the default would kill the process.)
 """
@@ -105,14 +105,13 @@ def serve(
     else:
         check_exposure(host, settings.api_key)
         _check_port_free(host, port)
-    engine = Engine(options)
-    engine_thread = EngineThread(engine, max_queue=settings.max_queue)
+    engine_thread = EngineThread(lambda: Engine(options), max_queue=settings.max_queue)
+    engine_thread.start()  # the engine is built, stepped and closed on its own thread
     listener = _unix_listener(socket_path) if socket_path is not None else None
     staging = Path(listener.getsockname()) if listener is not None else None
 
     @asynccontextmanager
     async def lifespan(app):
-        engine_thread.start()
         if state is not None:
             # Clients find the socket only now, with the engine ready; connections made between
             # here and uvicorn's first accept wait in the listener's backlog.
@@ -123,8 +122,7 @@ def serve(
         try:
             yield
         finally:
-            engine_thread.stop(abort=True)
-            engine.close()
+            engine_thread.stop(abort=True)  # and closes the engine
             if socket_path is not None:
                 daemon.forget(socket_path)
 
