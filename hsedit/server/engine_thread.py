@@ -137,7 +137,7 @@ class EngineThread:
     def _run(self) -> None:
         try:
             self.engine = self._make_engine()
-        except BaseException as error:  # the caller of `start` reports it
+        except BaseException as error:  # noqa: BLE001 - the caller of `start` re-raises it
             self._start_error = error
             return
         finally:
@@ -145,9 +145,7 @@ class EngineThread:
         try:
             self._loop()
         finally:
-            close = getattr(self.engine, "close", None)
-            if close is not None:
-                close()
+            self.engine.close()
 
     def _loop(self) -> None:
         while True:
