@@ -408,7 +408,7 @@ def scripted_server():
 
 def test_the_engine_is_built_stepped_and_closed_on_the_engine_thread_alone():
     """Not on the caller's: each thread that computes gets a team of OpenMP workers of its own,
-    and two teams slowed every step of a real engine 1.5-3x on a 2-core CPU."""
+    and two teams slow every step of a real engine (docs/benchmarks.md)."""
     import threading
 
     from hsedit.server.engine_thread import EngineThread

@@ -4,9 +4,9 @@ vLLM's engine is driven by one caller; the HTTP server has many. `EngineThread` 
 `Engine` on one thread, from its start to its close, and loops: admit what was submitted, abort
 what was cancelled, run one step, hand every request its event. The engine is built on that
 thread too, never handed over from another: torch's OpenMP runs a team of worker threads for each
-thread that computes, and once a second team exists every parallel region pays for it (on a
-2-core CPU, an engine started on the main thread and stepped on this one decoded 1.5-3x slower
-than on either alone; docs/serving.md). A request submitted while others run joins them at the
+thread that computes, and once a second team exists every parallel region pays for it (an
+engine started on the main thread and stepped on this one decoded far slower than on either
+alone: docs/benchmarks.md, "A second computing thread"). A request submitted while others run joins them at the
 next step (continuous batching), so the hybrid drafter's allocation works on real concurrency.
 
 A request is submitted as a `build_request` function, run on the engine thread just before the
