@@ -5,9 +5,10 @@ vLLM's engine is driven by one caller; the HTTP server has many. `EngineThread` 
 what was cancelled, run one step, hand every request its event. The engine is built on that
 thread too, never handed over from another: torch's OpenMP runs a team of worker threads for each
 thread that computes, and once a second team exists every parallel region pays for it (an
-engine started on the main thread and stepped on this one decoded far slower than on either
-alone: docs/benchmarks.md, "A second computing thread"). A request submitted while others run joins them at the
-next step (continuous batching), so the hybrid drafter's allocation works on real concurrency.
+engine started on the main thread and stepped on this one decoded far slower than on one thread
+alone: docs/benchmarks.md, "A second computing thread"). A request submitted while others run
+joins them at the next step (continuous batching), so the hybrid drafter's allocation works on
+real concurrency.
 
 A request is submitted as a `build_request` function, run on the engine thread just before the
 request is added: all tokenizing happens on that one thread (the tokenizer is not shared
@@ -64,7 +65,9 @@ class Ticket:
 
 
 class EngineThread:
-    def __init__(self, make_engine: Callable[[], Any], *, max_queue: int, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, make_engine: Callable[[], Any], *, max_queue: int, metrics: Metrics | None = None
+    ) -> None:
         self._make_engine = make_engine
         self.engine: Any = None  # built by `start`, on the engine thread
         self._started = threading.Event()
