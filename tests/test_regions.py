@@ -95,3 +95,36 @@ def test_a_deletion_is_shown_with_a_neighbour():
     examples = region_examples(Edit("delete_function", "delete the function drop", text, "def keep():\n    return 1\n"),
                                "a.py", "train", random.Random(0))
     assert [e.after for e in examples] == ["def keep():\n    return 1\n"]
+
+
+def _documented_function(docstring_lines: int) -> str:
+    doc = '    """Scale every item.\n\n' + "".join(f"    >>> scale([{k}], 2)\n" for k in range(docstring_lines - 3)) + '    """\n'
+    body = "".join(f"    part_{j} = items[{j}] * factor\n" for j in range(80))
+    return "def scale(items, factor):\n" + doc + body + "    return items\n\n\nscale([1], 2)\n"
+
+
+def test_a_long_docstring_is_not_sent_with_a_header_the_intent_changes():
+    text = _documented_function(12)
+    intent = parse_intent("rename factor to ratio")
+    regions = regions_for(text, intent)
+    lines = text.splitlines(keepends=True)
+    assert regions[0].own_text == lines[0]  # the signature alone: not the 12 lines of docstring under it
+    assert not any('"""' in r.own_text or ">>>" in r.own_text for r in regions)
+    answers = [(r, r.own_text.replace("factor", "ratio")) for r in regions]
+    new = splice(text, answers)
+    assert check_intent("a.py", text, new, intent).ok is True
+    assert new.count(">>> scale") == 9  # the docstring, never sent, is still there
+
+
+def test_a_short_docstring_stays_with_its_header():
+    text = _documented_function(3)
+    first = regions_for(text, parse_intent("rename factor to ratio"))[0]
+    assert first.own_text.startswith("def scale(items, factor):\n") and '"""' in first.own_text
+
+
+def test_a_free_form_edit_of_a_header_is_sent_with_its_docstring():
+    text = _documented_function(12)
+    regions = regions_for(text, parse_intent("document what `scale` returns"))
+    first = regions[0]
+    assert first.own_text.startswith("def scale(items, factor):\n")
+    assert first.own_text.count(">>> scale") == 9  # header and docstring are one region again

@@ -10,11 +10,11 @@ so the shown text is a piece of valid Python at its own indentation:
             ...
 
 The first piece of a cut statement owns its header (a rename of the class or a new parameter
-changes it there); every other piece shows it read-only. Which units an intent needs — the uses
-of a renamed name, a constant's assignment, a deleted definition, the prints, the %-formats —
-is read from the same token stream the instruction check reads; neighbouring units that both
-need the change are grouped up to a size budget. A unit that is not picked is never sent and
-its lines never change.
+changes it there), alone where a long docstring follows it; every other piece shows it
+read-only. Which units an intent needs — the uses of a renamed name, a constant's assignment, a
+deleted definition, the prints, the %-formats — is read from the same token stream the
+instruction check reads; neighbouring units that both need the change are grouped up to a size
+budget. A unit that is not picked is never sent and its lines never change.
 
 Sizes are estimated from characters (3.2 a token: Python source runs ~3.7 through SmolLM2's
 tokenizer), so the cut needs no tokenizer and training data is cut exactly as inference cuts.
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from hsedit.edit.check import (
@@ -73,6 +73,7 @@ class Unit:
     end: int
     head: tuple[tuple[int, int], ...] = ()
     parent: int = -1  # the start line of the definition it was cut from (-1: the module)
+    docstring: bool = False  # a long docstring, cut from its definition's header (`_long_docstring`)
 
 
 @dataclass(frozen=True)
@@ -147,11 +148,30 @@ def _cut_definition(source: Source, statement, unit: Unit, lines, budget: int) -
     pieces = list(_cut(source, body, header_end, unit.end, unit.head + (header,), parent, lines, budget))
     # The first piece owns the header and whatever stands above the statement (its comments).
     owner = pieces[0]
-    if owner.head == unit.head + (header,):
+    if owner.head == unit.head + (header,) and _long_docstring(body, owner, lines):
+        # A long docstring stays out of what a change to the header sends: the model would have
+        # to repeat it all to rename a parameter, and long ones are where it runs away. The
+        # header joins it again (same parent) where both are picked.
+        pieces[0] = replace(owner, docstring=True)
+        pieces.insert(0, Unit(unit.start, header_end, unit.head, parent))
+    elif owner.head == unit.head + (header,):
         pieces[0] = Unit(unit.start, owner.end, unit.head, parent)
     else:  # the first statement was cut in turn: the header gets a unit of its own
         pieces.insert(0, Unit(unit.start, header_end, unit.head, unit.parent))
     yield from pieces
+
+
+# A docstring of more lines than this is a unit of its own when its definition is cut.
+DOCSTRING_LINES = 3
+
+
+def _long_docstring(body, owner: Unit, lines) -> bool:
+    """Whether the body's first statement, the whole of `owner`, is a docstring of more than
+    DOCSTRING_LINES non-blank lines."""
+    first = next(c for c in body.named_children if c.type != "comment")
+    is_docstring = first.type == "expression_statement" and first.named_child_count == 1 \
+        and first.named_children[0].type in ("string", "concatenated_string")
+    return is_docstring and sum(1 for line in lines[owner.start : owner.end] if line.strip()) > DOCSTRING_LINES
 
 
 _ONE_BODY = ("class_definition", "function_definition", "for_statement", "while_statement", "with_statement",
@@ -181,6 +201,10 @@ def pick(text: str, intent: Intent, cut: Sequence[Unit] | None = None) -> list[U
     picked = [u for u in cut if any(u.start <= line < u.end for line in touched)]
     if isinstance(intent, Delete) and picked:
         picked = _with_neighbour(cut, picked)
+    if isinstance(intent, (FreeForm, SnippetMerge)):
+        # Their reach is read from names and anchors, never from a docstring's words: a header
+        # they pick may be asked to document itself, so it is sent with its docstring.
+        picked = _with_docstrings(cut, picked)
     return picked
 
 
@@ -261,6 +285,16 @@ def _named_lines(source: Source, intent: FreeForm) -> set[int] | None:
     words = set(re.findall(r"[A-Za-z_]\w*", intent.text))
     defined = [n for n in _walk(source.root) if n.type in DEFINITIONS and n.child_by_field_name("name").text.decode() in words]
     return {line for n in defined for line in range(n.start_point[0], n.end_point[0] + 1)} or None
+
+
+def _with_docstrings(cut: list[Unit], picked: list[Unit]) -> list[Unit]:
+    """`picked` and the docstring unit after each picked header."""
+    out = list(picked)
+    for k, unit in enumerate(cut[:-1]):
+        after = cut[k + 1]
+        if unit in picked and after.docstring and after.parent == unit.parent and after not in out:
+            out.append(after)
+    return sorted(out, key=lambda u: u.start)
 
 
 def _with_neighbour(cut: list[Unit], picked: list[Unit]) -> list[Unit]:
