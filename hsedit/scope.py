@@ -296,8 +296,10 @@ def finer_regions(text: str, region: Region, intent: Intent) -> list[Region] | N
     for budget in RETRY_BUDGETS:
         inside = [u for u in _cut_once(text, budget) if region.start <= u.start and u.end <= region.end]
         if len(inside) > 1:
-            needed = pick(text, intent, inside)
-            return [Region(u.start, u.end, u.head, u.parent, region.lines) for u in needed] or None
+            # Each needed unit alone (budget 0 groups nothing), but a header with its docstring.
+            needed = group(text, pick(text, intent, inside), budget=0)
+            if [(r.start, r.end) for r in needed] != [(region.start, region.end)]:
+                return needed or None
     return None
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from hsedit.edit.check import check_intent
 from hsedit.edit.intent import parse_intent
+from hsedit.scope import finer_regions
 from hsedit.edit.regions import REGION_TOKENS, estimated_tokens, group, own_part, pick, regions_for, splice, units
 from hsedit.train.finetune.dataset import Example, region_examples
 from hsedit.train.finetune.edits import Edit, rename_everywhere
@@ -97,9 +98,9 @@ def test_a_deletion_is_shown_with_a_neighbour():
     assert [e.after for e in examples] == ["def keep():\n    return 1\n"]
 
 
-def _documented_function(docstring_lines: int) -> str:
+def _documented_function(docstring_lines: int, body_lines: int = 80) -> str:
     doc = '    """Scale every item.\n\n' + "".join(f"    >>> scale([{k}], 2)\n" for k in range(docstring_lines - 3)) + '    """\n'
-    body = "".join(f"    part_{j} = items[{j}] * factor\n" for j in range(80))
+    body = "".join(f"    part_{j} = items[{j}] * factor\n" for j in range(body_lines))
     return "def scale(items, factor):\n" + doc + body + "    return items\n\n\nscale([1], 2)\n"
 
 
@@ -122,9 +123,24 @@ def test_a_short_docstring_stays_with_its_header():
     assert first.own_text.startswith("def scale(items, factor):\n") and '"""' in first.own_text
 
 
-def test_a_free_form_edit_of_a_header_is_sent_with_its_docstring():
-    text = _documented_function(12)
+@pytest.mark.parametrize("docstring_lines", [12, 250], ids=["within-budget", "over-budget"])
+def test_a_free_form_edit_of_a_header_is_sent_with_its_docstring(docstring_lines):
+    text = _documented_function(docstring_lines)
     regions = regions_for(text, parse_intent("document what `scale` returns"))
     first = regions[0]
     assert first.own_text.startswith("def scale(items, factor):\n")
-    assert first.own_text.count(">>> scale") == 9  # header and docstring are one region again
+    assert first.own_text.count(">>> scale") == docstring_lines - 3  # header and docstring are one region again
+
+
+def test_a_failing_region_is_cut_finer_with_a_header_kept_with_its_docstring():
+    text = _documented_function(12, body_lines=12).split("\n\n\n")[0] + "\n"  # the function alone: one unit
+    free = parse_intent("document what `scale` returns")
+    (whole,) = regions_for(text, free)
+    assert whole.own_text.startswith("def scale(") and "return items" in whole.own_text
+    (piece,) = finer_regions(text, whole, free)  # the statements that name `scale`: its header, with its docstring
+    assert piece.own_text.startswith("def scale(items, factor):\n") and piece.own_text.count(">>> scale") == 9
+    assert finer_regions(text, piece, free) is None  # no finer cut parts them: asked again as it is
+    rename = parse_intent("rename factor to ratio")
+    pieces = finer_regions(text, regions_for(text, rename)[0], rename)
+    assert pieces[0].own_text == "def scale(items, factor):\n"  # a rename's header goes alone
+    assert not any(">>>" in p.own_text for p in pieces)

@@ -320,8 +320,8 @@ def group(text: str, picked: Sequence[Unit], budget: int = REGION_TOKENS) -> lis
         last = regions[-1] if regions else None
         if (
             last is not None and last.parent == unit.parent and not "".join(lines[last.end : unit.start]).strip()
-            and estimated_tokens("".join(lines[last.start : unit.end])) <= budget
-        ):
+            and (unit.docstring or estimated_tokens("".join(lines[last.start : unit.end])) <= budget)
+        ):  # a docstring joins its header whatever its size: they were one unit before the cut
             regions[-1] = Region(last.start, unit.end, last.head, last.parent, lines)
         else:
             regions.append(Region(unit.start, unit.end, unit.head, unit.parent, lines))
