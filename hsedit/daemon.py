@@ -236,13 +236,15 @@ def announce(state: DaemonState) -> None:
     os.replace(staging, info)
 
 
-def watch(state: DaemonState, options: EngineOptions, idle_seconds: Callable[[], float]) -> threading.Thread:
+def watch(state: DaemonState, options: EngineOptions, idle_seconds: Callable[[], float],
+          stopping: threading.Event) -> threading.Thread:
     """A thread that ends the daemon (SIGTERM to itself: the server's clean stop) once it has
-    been idle `keep_alive_s`, or once its installation changed on disk and nothing runs."""
+    been idle `keep_alive_s`, or once its installation changed on disk and nothing runs.
+    It ends once `stopping` is set: the server removes its own socket on the way out, and a
+    SIGTERM then would land in the interpreter's exit."""
 
     def loop() -> None:
-        while True:
-            time.sleep(WATCH_EVERY_S)
+        while not stopping.wait(WATCH_EVERY_S):
             idle = idle_seconds()
             if idle >= state.keep_alive_s:
                 reason = f"idle for {idle:.0f} s"

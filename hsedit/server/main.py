@@ -12,6 +12,7 @@ import ipaddress
 import os
 import signal
 import socket
+import threading
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -110,6 +111,8 @@ def serve(
     listener = _unix_listener(socket_path) if socket_path is not None else None
     staging = Path(listener.getsockname()) if listener is not None else None
 
+    stopping = threading.Event()
+
     @asynccontextmanager
     async def lifespan(app):
         if state is not None:
@@ -117,11 +120,12 @@ def serve(
             # here and uvicorn's first accept wait in the listener's backlog.
             os.replace(staging, socket_path)
             daemon.announce(state)
-            daemon.watch(state, options, engine_thread.idle_seconds)
+            daemon.watch(state, options, engine_thread.idle_seconds, stopping)
         on_ready(f"unix:{socket_path}" if socket_path is not None else f"http://{host}:{port}")
         try:
             yield
         finally:
+            stopping.set()
             engine_thread.stop(abort=True)  # and closes the engine
             if socket_path is not None:
                 daemon.forget(socket_path)
@@ -160,6 +164,9 @@ def _unix_listener(socket_path: Path) -> socket.socket:
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
+    # Once only: a second Ctrl-C or SIGTERM would otherwise raise again inside the exit itself.
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, signal.SIG_IGN)
     raise SystemExit(0)
 
 
