@@ -139,6 +139,15 @@ def test_selector_without_costs_keeps_the_longest_expected_chain():
     assert [c.tokens if c else None for c in kept] == [[1, 2, 3], None, [4]]
 
 
+def test_a_step_with_nothing_drafted_is_not_priced():
+    """Text with nothing to copy: no chain, no price (the live view keeps the last priced one)."""
+    selector = HybridSelector(max_batch_tokens=64)
+    selector.set_costs([1, 8, 16], [0.06, 0.13, 0.21])
+    selector.select([[chain(COPY, [1, 2], [0.6, 0.5])], []])
+    assert selector.last_price is not None
+    assert selector.select([[], []]) == [None, None] and selector.last_price is None
+
+
 def test_copy_positions_are_labelled_only_where_verified():
     f = CopyFeatures(match_len=5, num_candidates=1, candidates_agree=True, source_distance=40)
     rows, labels, owner = labelled_positions(

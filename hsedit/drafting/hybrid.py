@@ -159,12 +159,8 @@ def _piecewise_linear(xs: torch.Tensor, ys: torch.Tensor, max_x: int) -> torch.T
 
 def pad(rows: list[list[float]], length: int) -> torch.Tensor:
     """Ragged survival lists -> [len(rows), length] with -inf padding."""
-    out = torch.full((len(rows), length), NEG_INF)
-    for i, row in enumerate(rows):
-        n = min(len(row), length)
-        if n:
-            out[i, :n] = torch.tensor(row[:n])
-    return out
+    padding = [NEG_INF] * length
+    return torch.tensor([list(row[:length]) + padding[len(row):] for row in rows], dtype=torch.float32).reshape(len(rows), length)
 
 
 def linear_seconds(counts: list[int], seconds: list[float], max_count: int) -> torch.Tensor:
@@ -244,8 +240,9 @@ class HybridSelector:
 
     def select(self, candidates: list[list[DraftChain]], drafted_for: int = 0) -> list[DraftChain | None]:
         """One chain (or none) per request; `drafted_for` requests had a model-drafter pass."""
-        if not candidates:
-            return []
+        if not any(candidates):  # nothing drafted (text with nothing to copy): nothing to price
+            self.last_price = None
+            return [None] * len(candidates)
         copy = [_by_source(chains, COPY) for chains in candidates]
         neural = [_by_source(chains, DSPARK) for chains in candidates]
         length = max([len(c) for chains in candidates for c in chains] or [1])
