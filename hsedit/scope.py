@@ -37,7 +37,18 @@ from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile
 from hsedit.edit.guard import DEFAULT_MAX_DELETION
 from hsedit.edit.intent import FreeForm, Intent, Rename, parse_intent
-from hsedit.edit.regions import REGION_TOKENS, Region, Unit, estimated_tokens, group, own_part, pick, splice, units
+from hsedit.edit.regions import (
+    REGION_TOKENS,
+    Region,
+    Unit,
+    estimated_tokens,
+    group,
+    line_pieces,
+    own_part,
+    pick,
+    splice,
+    units,
+)
 from hsedit.edit.validate import CHECKED_SUFFIXES, validate
 from hsedit.engine.repetition import REPETITION
 from hsedit.engine.requests import StepEvent
@@ -292,7 +303,8 @@ RETRY_BUDGETS = (REGION_TOKENS, 150, 0)
 
 def finer_regions(text: str, region: Region, intent: Intent) -> list[Region] | None:
     """The region cut at the first of RETRY_BUDGETS that splits it: the pieces the intent needs,
-    each a region of its own. None when no budget splits it or the intent needs none of them."""
+    each a region of its own; past the finest cut, a rename's lines with uses alone
+    (`line_pieces`). None when nothing splits it or the intent needs none of them."""
     for budget in RETRY_BUDGETS:
         inside = [u for u in _cut_once(text, budget) if region.start <= u.start and u.end <= region.end]
         if len(inside) > 1:
@@ -300,7 +312,7 @@ def finer_regions(text: str, region: Region, intent: Intent) -> list[Region] | N
             needed = group(text, pick(text, intent, inside), budget=0)
             if [(r.start, r.end) for r in needed] != [(region.start, region.end)]:
                 return needed or None
-    return None
+    return line_pieces(text, region, intent)
 
 
 @lru_cache(maxsize=8)
@@ -346,9 +358,11 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
     part.verdict = check_intent(plan.job.source.path, shown, new_shown, plan.intent, reach=plan.reach)
     if part.verdict.failed and part.region.head:
         # The head is shown, never spliced: what the model did to it is dropped. Judged as it is
-        # spliced (under the head as it was), the region's own lines may be right all the same.
-        spliced = check_intent(plan.job.source.path, shown, part.region.head_text + new_own, plan.intent,
-                               reach=plan.reach)
+        # spliced (under the head as it was), the region's own lines may be right all the same;
+        # a use in the head is its own region's to rename, not this one's.
+        head = part.region.head_text
+        spliced = check_intent(plan.job.source.path, shown, head + new_own, plan.intent, reach=plan.reach,
+                               judged_from=len(head))
         if spliced.ok:
             part.verdict = spliced
     part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None

@@ -144,3 +144,39 @@ def test_a_failing_region_is_cut_finer_with_a_header_kept_with_its_docstring():
     pieces = finer_regions(text, regions_for(text, rename)[0], rename)
     assert pieces[0].own_text == "def scale(items, factor):\n"  # a rename's header goes alone
     assert not any(">>>" in p.own_text for p in pieces)
+
+
+def _long_signature() -> str:
+    params = "".join(f"        option_{k}: int = {k},\n" for k in range(30))
+    return ("class Kernel:\n    def radix_pass(\n        self,\n" + params + "        storage,\n        bits: int,\n    ):\n"
+            "        hist = storage.hist\n        return hist\n\n\ndef other():\n    return 1\n")
+
+
+def test_a_rename_no_cut_splits_is_asked_again_line_by_line():
+    """A long signature and its first statement are never cut apart: past the finest cut, a
+    rename sends each run of lines with a use alone, dedented, and splices the answer back."""
+    text = _long_signature()
+    rename = parse_intent("rename storage to new_storage")
+    (region,) = regions_for(text, rename)
+    pieces = finer_regions(text, region, rename)
+    assert [p.shown for p in pieces] == ["storage,\n", "hist = storage.hist\n"]
+    assert all(finer_regions(text, p, rename) is None for p in pieces)  # nothing finer than a line
+    answers = [(p, own_part(p, p.shown.replace("storage", "new_storage"))) for p in pieces]
+    new = splice(text, answers)
+    assert "        new_storage,\n" in new and "        hist = new_storage.hist\n" in new
+    assert check_intent("a.py", text, new, rename).ok is True
+    free = parse_intent("document what `radix_pass` returns")
+    assert finer_regions(text, regions_for(text, free)[0], free) is None  # renames only
+
+
+def test_a_use_in_a_regions_head_is_left_to_the_heads_own_region():
+    """A region under a head that uses the name: its own lines are right when they are, though
+    the head, spliced as it was, still has the old name (its own region renames it)."""
+    head = "def scale(items, factor):\n"
+    own = "    return [item * factor for item in items]\n"
+    rename = parse_intent("rename factor to ratio")
+    answer = head + own.replace("factor", "ratio")
+    assert check_intent("a.py", head + own, answer, rename).ok is False
+    assert check_intent("a.py", head + own, answer, rename, judged_from=len(head)).ok is True
+    wrong = head + own.replace("factor", "ratio * 2")
+    assert check_intent("a.py", head + own, wrong, rename, judged_from=len(head)).ok is False

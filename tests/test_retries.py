@@ -55,38 +55,40 @@ def test_a_failing_region_is_asked_again_cut_finer_then_sampled():
     runner = UnchangedAnswers()
     rounds, result = run(True, runner=runner)
     # the region, then its two units, then the two statements of each that use the name (the
-    # other two never sent), then each statement's attempts left, sampled
-    assert rounds == [(0.0, 1), (0.0, 2), (0.0, 4), (RETRY_TEMPERATURE, 4 * (RETRIES - 2))]
+    # other two never sent), then those lines alone, then each line's attempts left, sampled
+    assert rounds == [(0.0, 1), (0.0, 2), (0.0, 4), (0.0, 4), (RETRY_TEMPERATURE, 4 * (RETRIES - 3))]
     assert all("total_1" not in shown.split(":", 1)[1] for shown in runner.shown[2])
+    assert runner.shown[3] == ["total_0 = items[0] + 0\n", "return total_0\n", "total_0 = items[0] + 1\n", "return total_0\n"]
     assert result.refusal() is not None and result.refusal().exit_code == 11
 
 
 def test_without_sampled_retries_only_the_finer_cuts_are_asked_again():
     rounds, result = run(sampled_retries=False)
-    assert rounds == [(0.0, 1), (0.0, 2), (0.0, 4)]
+    assert rounds == [(0.0, 1), (0.0, 2), (0.0, 4), (0.0, 4)]
     assert result.refusal() is not None and result.refusal().exit_code == 11
-    assert [r["attempts"] for r in result.regions] == [3, 3, 3, 3]
+    assert [r["attempts"] for r in result.regions] == [4, 4, 4, 4]
 
 
 def test_lines_of_a_region_that_need_no_change_are_kept_when_it_is_cut():
     runner = UnchangedAnswers()
     _, result = run(True, runner=runner)
-    assert [r["lines"] for r in result.regions] == [[1, 2], [5, 5], [8, 9], [12, 14]]  # the last takes the blank lines after it
+    assert [r["lines"] for r in result.regions] == [[2, 2], [5, 5], [9, 9], [12, 12]]  # the lines with a use, at the end
     assert result.new_text == SOURCE  # every answer unchanged: nothing else moved either
 
 
 # One function of four statements, two of which use the name.
 ONE_FUNCTION = SOURCE.split("\n\n\n")[0] + "\n"
 
-# One function of one statement: a region that cannot be cut, so all its retries are sampled.
+# One function of one statement: a region no cut splits, so its use's line alone, then sampled.
 ONE_UNIT = "def step_0(items):\n    return items[0] + total_0\n"
 
 
 def test_a_single_unit_asks_all_its_sampled_attempts_in_one_round():
     runner = UnchangedAnswers()
     rounds, result = run(True, ONE_UNIT, runner)
-    assert rounds == [(0.0, 1), (RETRY_TEMPERATURE, RETRIES)]
-    assert len(set(runner.seeds[1])) == RETRIES  # distinct samples, not the same one again
+    assert rounds == [(0.0, 1), (0.0, 1), (RETRY_TEMPERATURE, RETRIES - 1)]
+    assert runner.shown[1] == ["return items[0] + total_0\n"]  # the line alone, dedented
+    assert len(set(runner.seeds[2])) == RETRIES - 1  # distinct samples, not the same one again
     assert result.refusal() is not None and result.refusal().exit_code == 11
     assert [r["attempts"] for r in result.regions] == [1 + RETRIES]
 
@@ -94,10 +96,10 @@ def test_a_single_unit_asks_all_its_sampled_attempts_in_one_round():
 def test_the_sampled_copy_that_passes_is_the_answer():
     probe = UnchangedAnswers()
     run(True, ONE_UNIT, probe)
-    runner = UnchangedAnswers(renaming_seeds=(probe.seeds[1][1],))  # only the second copy renames
+    runner = UnchangedAnswers(renaming_seeds=(probe.seeds[2][1],))  # only the second copy renames
     rounds, result = run(True, ONE_UNIT, runner)
     assert result.refusal() is None
-    assert "first_total" in result.new_text and "total_0" not in result.new_text
+    assert result.new_text == ONE_UNIT.replace("total_0", "first_total")  # indented back where it was
     assert [r["attempts"] for r in result.regions] == [1 + RETRIES]
 
 
@@ -120,7 +122,7 @@ class MisindentedAnswers(UnchangedAnswers):
 def test_an_answer_that_does_not_parse_where_it_goes_is_asked_again():
     runner = MisindentedAnswers()
     rounds, result = run(True, ONE_FUNCTION, runner)
-    assert len(rounds) == 3  # the region, its statements misindented, its statements again (sampled)
+    assert len(rounds) == 3  # the region, its statements misindented, their lines alone
     assert result.refusal() is None, result.refusal()
     assert result.new_text == ONE_FUNCTION.replace("total_0", "first_total")
 
@@ -157,7 +159,7 @@ class LoopingAnswers(UnchangedAnswers):
 
 def test_a_region_stopped_in_a_loop_every_time_is_refused_as_cut_off_and_says_why():
     rounds, result = run(True, ONE_UNIT, LoopingAnswers())
-    assert rounds == [(0.0, 1), (RETRY_TEMPERATURE, RETRIES)]  # asked again, as any cut-off answer
+    assert rounds == [(0.0, 1), (0.0, 1), (RETRY_TEMPERATURE, RETRIES - 1)]  # asked again, as any cut-off answer
     refusal = result.refusal() if not isinstance(result, Exception) else result
     assert refusal.exit_code == 5 and "kept repeating a block of lines" in str(refusal)
 

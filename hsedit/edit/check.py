@@ -258,10 +258,13 @@ def check_edit(path: str | Path, original: str, answer: str, instruction: str, u
 
 
 def check_intent(
-    path: str | Path, original: str, answer: str, intent: Intent, *, reach: RenameReach | None = None
+    path: str | Path, original: str, answer: str, intent: Intent, *, reach: RenameReach | None = None,
+    judged_from: int = 0,
 ) -> CheckVerdict:
     """The verdict on `answer` for a parsed intent. `reach` (a rename judged on a region of a
-    file): what the rename must follow, as `rename_reach(whole file)` says."""
+    file): what the rename must follow, as `rename_reach(whole file)` says. `judged_from`: the
+    character where a rename's uses start to count (a region's head, left as it was, is judged
+    as a region of its own)."""
     suffix = Path(path).suffix.lower()
     if CHECKED_SUFFIXES.get(suffix) != "python":
         return unchecked(f"no instruction check for {suffix or 'this file type'} files")
@@ -272,7 +275,8 @@ def check_intent(
     old, new = Source(original), Source(answer)
     match intent:
         case Rename():
-            return check_rename(old, new, intent.old, intent.new, intent.scope, reach)
+            return check_rename(old, new, intent.old, intent.new, intent.scope, reach,
+                                judged_from=len(original[:judged_from].encode("utf-8")))
         case SetConstant():
             return check_set_constant(old, new, intent.name, [intent.value])
         case Delete():
@@ -295,12 +299,13 @@ FREE_TEXT = ("string", "string_part", "comment", "text")
 
 
 def check_rename(
-    old: Source, new: Source, name: str, replacement: str, scope: str | None = None, reach: RenameReach | None = None
+    old: Source, new: Source, name: str, replacement: str, scope: str | None = None, reach: RenameReach | None = None,
+    judged_from: int = 0,  # byte where uses start to count (unscoped renames)
 ) -> CheckVerdict:
     kind = "rename"
     if not scope:
         reach = rename_reach(old, name) if reach is None else reach
-        return _check_rename_in(old, new, name, replacement, None, [(0, len(old.data))], reach)
+        return _check_rename_in(old, new, name, replacement, None, [(judged_from, len(old.data))], reach)
     scopes = _definitions(old, scope, ("function_definition", "class_definition"))
     if not scopes:
         if _same(old, new):

@@ -85,6 +85,9 @@ class Region:
     head: tuple[tuple[int, int], ...]
     parent: int
     lines: tuple[str, ...] = field(repr=False)  # the whole file's lines, with their ends
+    # Lines of one statement, shown alone and dedented by this (`line_pieces`); None: a region
+    # of whole units under its head.
+    indent: str | None = None
 
     @property
     def head_text(self) -> str:
@@ -97,6 +100,8 @@ class Region:
     @property
     def shown(self) -> str:
         """What the model sees as "the file": the head, then the region's own lines."""
+        if self.indent is not None:
+            return "".join(line[len(self.indent):] if line.strip() else line for line in self.lines[self.start : self.end])
         return self.head_text + self.own_text
 
     @property
@@ -334,10 +339,39 @@ def regions_for(text: str, intent: Intent, budget: int = REGION_TOKENS) -> list[
 
 
 # -- putting answers back --------------------------------------------------------------------
+def line_pieces(text: str, region: Region, intent: Intent) -> list[Region] | None:
+    """A rename's last resort for a region no cut splits (a long signature, a header with its
+    first statement): each run of consecutive lines with a use, alone, without its head and
+    dedented. The model is far more often right on `def old_name(` than on the 20 lines around it;
+    what it answers is spliced back re-indented and judged with the whole file. None: nothing
+    finer than the region itself."""
+    if not isinstance(intent, Rename) or region.indent is not None:
+        return None
+    touched = sorted(line for line in _touched_once(text, intent) or () if region.start <= line < region.end)
+    runs: list[list[int]] = []
+    for line in touched:
+        if runs and line == runs[-1][-1] + 1:
+            runs[-1].append(line)
+        else:
+            runs.append([line])
+    pieces = []
+    for run in runs:
+        own = region.lines[run[0] : run[-1] + 1]
+        indents = [line[: len(line) - len(line.lstrip())] for line in own if line.strip()]
+        indent = min(indents, key=len) if indents else ""
+        pieces.append(Region(run[0], run[-1] + 1, (), region.parent, region.lines, indent))
+    if not pieces or [p.shown for p in pieces] == [region.shown]:
+        return None
+    return pieces
+
+
 def own_part(region: Region, answer: str) -> str | None:
     """The region's own lines out of the model's answer to its shown text: the answer less the
     headers it repeats. None when the answer does not keep the head's shape (a definition per
-    head level, each the first statement of the one above)."""
+    head level, each the first statement of the one above). A line piece's answer is indented
+    back to where its lines sit."""
+    if region.indent is not None:
+        return "".join(region.indent + line if line.strip() else line for line in answer.splitlines(keepends=True))
     if not region.head:
         return answer
     node = Source(answer).root
