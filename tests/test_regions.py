@@ -148,7 +148,7 @@ def test_a_failing_region_is_cut_finer_with_a_header_kept_with_its_docstring():
 
 def _long_signature() -> str:
     params = "".join(f"        option_{k}: int = {k},\n" for k in range(30))
-    return ("class Kernel:\n    def radix_pass(\n        self,\n" + params + "        storage,\n        bits: int,\n    ):\n"
+    return ("class Kernel:\n    def radix_pass(\n        self,\n        *,\n" + params + "        storage,\n        bits: int,\n    ):\n"
             "        hist = storage.hist\n        return hist\n\n\ndef other():\n    return 1\n")
 
 
@@ -180,3 +180,13 @@ def test_a_use_in_a_regions_head_is_left_to_the_heads_own_region():
     assert check_intent("a.py", head + own, answer, rename, judged_from=len(head)).ok is True
     wrong = head + own.replace("factor", "ratio * 2")
     assert check_intent("a.py", head + own, wrong, rename, judged_from=len(head)).ok is False
+
+
+def test_a_line_piece_comes_back_with_exactly_the_whitespace_it_had():
+    """Continuation lines may mix tabs and spaces inside a bracket: a piece strips only what its
+    lines share, so an answer that repeats it is spliced back byte for byte."""
+    text = _long_signature().replace("        storage,\n", "        storage=(storage,\n\tstorage),\n")
+    rename = parse_intent("rename storage to new_storage")
+    pieces = finer_regions(text, regions_for(text, rename)[0], rename)
+    assert any("\t" in p.own_text for p in pieces)
+    assert all(own_part(p, p.shown) == p.own_text for p in pieces)

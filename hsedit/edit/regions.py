@@ -22,6 +22,7 @@ tokenizer), so the cut needs no tokenizer and training data is cut exactly as in
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -338,7 +339,6 @@ def regions_for(text: str, intent: Intent, budget: int = REGION_TOKENS) -> list[
     return group(text, pick(text, intent, units(text, budget)), budget)
 
 
-# -- putting answers back --------------------------------------------------------------------
 def line_pieces(text: str, region: Region, intent: Intent) -> list[Region] | None:
     """A rename's last resort for a region no cut splits (a long signature, a header with its
     first statement): each run of consecutive lines with a use, alone, without its head and
@@ -357,14 +357,16 @@ def line_pieces(text: str, region: Region, intent: Intent) -> list[Region] | Non
     pieces = []
     for run in runs:
         own = region.lines[run[0] : run[-1] + 1]
-        indents = [line[: len(line) - len(line.lstrip())] for line in own if line.strip()]
-        indent = min(indents, key=len) if indents else ""
+        # What every line starts with: removed exactly and put back exactly, whatever mixes
+        # tabs and spaces inside a bracket.
+        indent = os.path.commonprefix([line[: len(line) - len(line.lstrip())] for line in own if line.strip()])
         pieces.append(Region(run[0], run[-1] + 1, (), region.parent, region.lines, indent))
     if not pieces or [p.shown for p in pieces] == [region.shown]:
         return None
     return pieces
 
 
+# -- putting answers back --------------------------------------------------------------------
 def own_part(region: Region, answer: str) -> str | None:
     """The region's own lines out of the model's answer to its shown text: the answer less the
     headers it repeats. None when the answer does not keep the head's shape (a definition per
