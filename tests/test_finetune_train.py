@@ -80,6 +80,9 @@ def test_a_run_continues_an_adapter_it_is_given(tiny_base, examples, tmp_path):
     moved = run("moved", init_adapter=str(tmp_path / "first"), learning_rate=1e-2, bf16=True)
     assert any(not torch.equal(first[k], moved[k]) for k in first)
     assert all(torch.isfinite(v).all() for v in moved.values())
+    turned = run("turned", init_adapter=str(tmp_path / "first"), learning_rate=1e-2, bf16=True, wrong_turn_weight=4.0)
+    assert any(not torch.equal(moved[k], turned[k]) for k in first)  # the wrong turns' loss is trained on
+    assert all(torch.isfinite(v).all() for v in turned.values())
 
 
 def test_a_checkpointed_run_cut_in_two_trains_as_one_run(tiny_base, examples, tmp_path):
@@ -163,6 +166,60 @@ def test_the_loss_weights_changed_lines_and_equals_the_plain_loss_unweighted():
     out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]))
     mine = weighted_loss(out.logits[0], torch.tensor(labels), torch.tensor(weights))
     assert torch.allclose(mine, out.loss, atol=1e-5)
+
+
+def test_wrong_turns_are_the_originals_token_where_the_edit_departs_and_the_fence_at_line_starts():
+    from transformers import AutoTokenizer
+
+    from hsedit.engine.provision import resolve_model
+    from hsedit.train.finetune.dataset import Example
+    from hsedit.train.finetune.train import encode_weighted, wrong_turns
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("embedded-base"))
+    before = "import math\n\n\ndef area(r):\n    return math.pi * r * r\n\n\nprint(area(2))\n"
+    after = before.replace("area", "disc_area")
+    example = Example("rename_function", "a.py", "rename area to disc_area", before, after, None, "train", "region")
+    ids, labels, _ = encode_weighted(tokenizer, example)
+    start = labels.count(-100)
+    answer = ids[start:]
+    turns = dict(wrong_turns(tokenizer, example, answer))
+    fence = tokenizer("\n```", add_special_tokens=False)["input_ids"][-1]
+    departures = {k: token for k, token in turns.items() if token != fence}
+    # Two departures, one a use: at each, the answer writes the new name and copying would write the old.
+    assert len(departures) == 2
+    for k, token in departures.items():
+        assert tokenizer.decode(answer[k:k + 3]).lstrip().startswith("disc")
+        assert tokenizer.decode([token]).strip() in ("area", "ar", "are")
+    # The fence is wrong at every line start but where the answer really ends.
+    starts = [0] + [k for k in range(1, len(answer)) if tokenizer.decode([answer[k - 1]]).endswith("\n")]
+    real_end = answer.index(fence)
+    assert {k for k, token in turns.items() if token == fence} == set(starts) - {real_end} - set(departures)
+    assert tokenizer.decode(answer[:real_end]).count("\n") == after.count("\n")
+    # An answer that is the original itself departs nowhere.
+    same = Example("set_constant", "a.py", "leave it", before, before, None, "train", "region")
+    ids, labels, _ = encode_weighted(tokenizer, same)
+    assert set(dict(wrong_turns(tokenizer, same, ids[labels.count(-100):])).values()) == {fence}
+
+
+def test_a_wrong_turn_adds_its_unlikelihood_weighed_as_answer_tokens():
+    from hsedit.train.finetune.train import weighted_loss
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 11)
+    labels = torch.tensor([-100, -100, 3, 5, 7, 2])
+    weights = torch.tensor([0.0, 0.0, 1.0, 2.0, 1.0, 1.0])
+    plain = weighted_loss(logits, labels, weights)
+    assert torch.equal(weighted_loss(logits, labels, weights, [(4, 9)], 0.0), plain)
+    ce = torch.nn.functional.cross_entropy(logits[:-1], labels[1:], ignore_index=-100, reduction="none")
+    w = weights[1:] * (labels[1:] != -100)
+    p_wrong = torch.softmax(logits[3], dim=-1)[9]  # the turn at position 4 is predicted at 3
+    expected = ((ce * w).sum() + 3.0 * -torch.log(1 - p_wrong)) / (w.sum() + 3.0)
+    assert torch.allclose(weighted_loss(logits, labels, weights, [(4, 9)], 3.0), expected, atol=1e-6)
+    # The likelier the wrong token, the larger the loss.
+    pushed = logits.clone()
+    pushed[3, 9] += 5.0
+    assert weighted_loss(pushed, labels, weights, [(4, 9)], 3.0) - weighted_loss(pushed, labels, weights) > \
+        weighted_loss(logits, labels, weights, [(4, 9)], 3.0) - plain
 
 
 def test_bf16_training_is_refused_where_the_machine_only_emulates_it(monkeypatch, tmp_path):

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hsedit.edit.prompt import ApplyPrompt, completion_for
+from hsedit.edit.prompt import CLOSING_FENCE, ApplyPrompt, completion_for
 from hsedit.errors import UsageError
 from hsedit.train.checkpoint import STATE_FILE, StopRequest, load_state, replace_directory, shuffled_pass
 from hsedit.train.finetune.dataset import Example, load
@@ -64,6 +64,11 @@ class TrainConfig:
     # RESUME_TOKENS after each change (where copying resumes), against 1 for the copied rest:
     # an answer is mostly copied lines, so an unweighted loss mostly rewards copying.
     changed_weight: float = 1.0
+    # The loss weight (in answer tokens) of each wrong turn's unlikelihood, -log(1 - p(wrong)):
+    # where the edit departs from the original, the original's own next token (copying on is
+    # how an answer comes back unchanged), and at each line start of the answer the closing fence
+    # (an answer cut after its first lines). 0: plain cross-entropy.
+    wrong_turn_weight: float = 0.0
 
 
 FLOOR = 0.1  # share of the peak learning rate a budgeted schedule ends at
@@ -96,6 +101,28 @@ def encode_weighted(tokenizer, example: Example, changed_weight: float = 1.0) ->
             elif since_change < RESUME_TOKENS:
                 weights[k], since_change = changed_weight, since_change + 1
     return prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids, [0.0] * len(prompt_ids) + weights
+
+
+def wrong_turns(tokenizer, example: Example, answer_ids: list[int]) -> list[tuple[int, int]]:
+    """(answer position, token) pairs: the tokens an answer must not write where it has an easy
+    way out. Where the edit departs from the original (its answer tokenised as the original
+    would be, aligned token by token), the original's own next token; at every other line start
+    of the answer, the closing fence."""
+    import difflib
+
+    original = tokenizer(completion_for(example.before) + END_OF_TURN, add_special_tokens=False)["input_ids"]
+    turns: dict[int, int] = {}
+    matcher = difflib.SequenceMatcher(a=original, b=answer_ids, autojunk=False)
+    for tag, i1, _i2, j1, _j2 in matcher.get_opcodes():
+        if tag != "equal" and i1 < len(original) and j1 < len(answer_ids) and original[i1] != answer_ids[j1]:
+            turns[j1] = original[i1]
+    fence = tokenizer("\n" + CLOSING_FENCE, add_special_tokens=False)["input_ids"][-1]
+    if tokenizer.decode([fence]) == CLOSING_FENCE:
+        ends_line = {token: tokenizer.decode([token]).endswith("\n") for token in set(answer_ids)}
+        for k in range(len(answer_ids)):  # the answer itself starts a line (the prompt ends the fence's)
+            if (k == 0 or ends_line[answer_ids[k - 1]]) and answer_ids[k] != fence:
+                turns.setdefault(k, fence)
+    return sorted(turns.items())
 
 
 def changed_spans(before: str, after: str) -> list[tuple[int, int]]:
@@ -145,7 +172,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(config.base_model)
     model = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=torch.float32)
     data_id = _file_sha256(config.data) + f":{config.max_tokens}" + (
-        f":w{config.changed_weight:g}" if config.changed_weight != 1.0 else "")
+        f":w{config.changed_weight:g}" if config.changed_weight != 1.0 else "") + (
+        f":t{config.wrong_turn_weight:g}" if config.wrong_turn_weight else "")
     resumed = load_state(config.checkpoint, data_id, "the same --data and --max-tokens")
     if resumed is not None:
         model = PeftModel.from_pretrained(model, str(Path(config.checkpoint) / "adapter"), is_trainable=True)
@@ -165,8 +193,16 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     model.to(config.device).train()
     device_type = torch.device(config.device).type
     examples = load(config.data, split="train")
-    encoded = [encode_weighted(tokenizer, e, config.changed_weight) for e in examples]
-    encoded = [triple for triple in encoded if len(triple[0]) <= config.max_tokens]
+    encoded = []  # (ids, labels, weights, wrong turns) of each example that fits
+    for example in examples:
+        ids, labels, weights = encode_weighted(tokenizer, example, config.changed_weight)
+        if len(ids) > config.max_tokens:
+            continue
+        turns = []
+        if config.wrong_turn_weight:
+            start = labels.count(-100)  # the prompt's length
+            turns = [(start + k, token) for k, token in wrong_turns(tokenizer, example, ids[start:])]
+        encoded.append((ids, labels, weights, turns))
     rng = random.Random(config.seed)
     order = []
     for _ in range(math.ceil(config.epochs)):
@@ -222,11 +258,11 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         })
 
     for i in range(position, len(order)):
-        ids, labels, weights = encoded[order[i]]
+        ids, labels, weights, turns = encoded[order[i]]
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.bf16):
             logits = model(input_ids=torch.tensor([ids], device=config.device)).logits
         loss = weighted_loss(logits[0].float(), torch.tensor(labels, device=config.device),
-                             torch.tensor(weights, device=config.device))
+                             torch.tensor(weights, device=config.device), turns, config.wrong_turn_weight)
         (loss / config.accumulation).backward()
         tokens_seen += len(ids)
         running.append(loss.item())
@@ -279,14 +315,23 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     return summary
 
 
-def weighted_loss(logits, labels, weights):
+def weighted_loss(logits, labels, weights, turns=(), turn_weight: float = 0.0):
     """The next-token cross-entropy's weighted mean (position t predicts label t + 1); with every
-    weight 1 on the answer it is the mean cross-entropy the model's own loss computes."""
+    weight 1 on the answer it is the mean cross-entropy the model's own loss computes. Each wrong
+    turn (position in the sequence, token) adds -log(1 - p(token)) there, weighing `turn_weight`
+    answer tokens in the mean."""
     import torch
 
     losses = torch.nn.functional.cross_entropy(logits[:-1], labels[1:], ignore_index=-100, reduction="none")
     w = weights[1:] * (labels[1:] != -100)
-    return (losses * w).sum() / w.sum().clamp(min=1e-6)
+    total, count = (losses * w).sum(), w.sum()
+    if turns and turn_weight:
+        at = torch.tensor([position - 1 for position, _ in turns], device=logits.device)  # [turns]
+        wrong = torch.tensor([token for _, token in turns], device=logits.device)  # [turns]
+        p_wrong = torch.log_softmax(logits[at], dim=-1).gather(1, wrong[:, None])[:, 0].exp()
+        total = total + turn_weight * -torch.log1p(-p_wrong.clamp(max=1 - 1e-6)).sum()
+        count = count + turn_weight * len(turns)
+    return total / count.clamp(min=1e-6)
 
 
 def _file_sha256(path: str | Path) -> str:
