@@ -162,8 +162,8 @@ def map_offset(logits: np.ndarray, labels: np.ndarray, prior: float, start: floa
         gradient = float(np.sum(p - labels)) + weight * (o - prior)
         curvature = float(np.sum(p * (1 - p))) + weight
         step = gradient / curvature
-        o = float(np.clip(o - step, -MAX_OFFSET, MAX_OFFSET))
-        if abs(step) < 1e-6:
+        before, o = o, float(np.clip(o - step, -MAX_OFFSET, MAX_OFFSET))
+        if abs(step) < 1e-6 or o == before:  # converged, or held at the clamp
             break
     return o
 

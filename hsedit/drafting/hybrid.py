@@ -116,6 +116,9 @@ def allocate(
     num_requests = scores.shape[0]
     if budget <= 0 or scores.numel() == 0:
         return torch.zeros(num_requests, dtype=torch.long)
+    kept = torch.isfinite(scores).sum(dim=1)  # [R]
+    if int(kept.sum()) <= budget:  # every kept slot fits: nothing to rank
+        return kept
     # Position-major order, then a stable sort: equal scores go to the earlier position, then
     # the earlier request, which keeps every request's admitted slots a prefix.
     flat = scores.t().reshape(-1)  # [L * R]
@@ -229,6 +232,14 @@ class HybridSelector:
         length = max([len(c) for c in copy if c is not None] + [len(e) for e in estimates] + [1])
         copy_survival = pad([_survival(c) for c in copy], length)  # [R, L]
         without = price(self.step_seconds, len(copy), copy_survival.reshape(-1))
+        # If the contenders' advantages together cannot pay for one pass, none runs: on text the
+        # drafter does not know, nearly every step. Summed here per request, in Python, as the
+        # mask would (its tensor maths costs more than the rest of the plan at these sizes).
+        lam = without.per_token
+        advantages = sum(max(0.0, _chain_utility(estimates[i], lam) - _chain_utility(_survival(copy[i]), lam))
+                         for i in contenders)
+        if advantages <= without.goodput * self.drafting_cost(1):
+            return [False] * len(copy)
         mask = model_drafting_mask(
             copy_survival[contenders], pad([estimates[i] for i in contenders], length), without,
             self.draft_scale * self.draft_seconds[: len(contenders) + 1],
@@ -291,6 +302,15 @@ def _dominates(chain: DraftChain | None, estimate: list[float]) -> bool:
         return not any(a > 0 for a in estimate)
     survival = _survival(chain)
     return all(j < len(survival) and survival[j] >= a for j, a in enumerate(estimate) if a > 0)
+
+
+def _chain_utility(survival: list[float], lam: float) -> float:
+    """`utility` of one chain's survival list (no padding)."""
+    best = total = 0.0
+    for a in survival:
+        total += a - lam
+        best = max(best, total)
+    return best
 
 
 def _operations(device: torch.device):
