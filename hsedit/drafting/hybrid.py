@@ -232,9 +232,9 @@ class HybridSelector:
         length = max([len(c) for c in copy if c is not None] + [len(e) for e in estimates] + [1])
         copy_survival = pad([_survival(c) for c in copy], length)  # [R, L]
         without = price(self.step_seconds, len(copy), copy_survival.reshape(-1))
-        # If the contenders' advantages together cannot pay for one pass, none runs: on text the
-        # drafter does not know, nearly every step. Summed here per request, in Python, as the
-        # mask would (its tensor maths costs more than the rest of the plan at these sizes).
+        # If the contenders' advantages together cannot pay for one pass, the mask runs none (its
+        # first maximum is n = 0). Summed here per request in Python, as the mask would: its
+        # tensor maths costs more than the rest of the plan at these sizes.
         lam = without.per_token
         advantages = sum(max(0.0, _chain_utility(estimates[i], lam) - _chain_utility(_survival(copy[i]), lam))
                          for i in contenders)
