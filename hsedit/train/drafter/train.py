@@ -325,7 +325,7 @@ def train_drafter(
             optimizer.step()
             step += 1
             blocks += len(anchors)
-            for key, value in {"loss": float(loss), **stats}.items():
+            for key, value in {"loss": loss.item(), **stats}.items():
                 running[key] = 0.98 * running.get(key, value) + 0.02 * value
             if step % 50 == 0:
                 history.append({"step": step, "minutes": round(elapsed / 60, 2), **running})
