@@ -232,14 +232,6 @@ class HybridSelector:
         length = max([len(c) for c in copy if c is not None] + [len(e) for e in estimates] + [1])
         copy_survival = pad([_survival(c) for c in copy], length)  # [R, L]
         without = price(self.step_seconds, len(copy), copy_survival.reshape(-1))
-        # If the contenders' advantages together cannot pay for one pass, the mask runs none (its
-        # first maximum is n = 0). Summed here per request in Python, as the mask would: its
-        # tensor maths costs more than the rest of the plan at these sizes.
-        lam = without.per_token
-        advantages = sum(max(0.0, _chain_utility(estimates[i], lam) - _chain_utility(_survival(copy[i]), lam))
-                         for i in contenders)
-        if advantages <= without.goodput * self.drafting_cost(1):
-            return [False] * len(copy)
         mask = model_drafting_mask(
             copy_survival[contenders], pad([estimates[i] for i in contenders], length), without,
             self.draft_scale * self.draft_seconds[: len(contenders) + 1],
@@ -302,15 +294,6 @@ def _dominates(chain: DraftChain | None, estimate: list[float]) -> bool:
         return not any(a > 0 for a in estimate)
     survival = _survival(chain)
     return all(j < len(survival) and survival[j] >= a for j, a in enumerate(estimate) if a > 0)
-
-
-def _chain_utility(survival: list[float], lam: float) -> float:
-    """`utility` of one chain's survival list (no padding)."""
-    best = total = 0.0
-    for a in survival:
-        total += a - lam
-        best = max(best, total)
-    return best
 
 
 def _operations(device: torch.device):
