@@ -355,6 +355,16 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
         return
     part.truncated_at, part.looped = None, False
     part.new_own = new_own
+    if isinstance(plan.intent, FreeForm):
+        # Judged by the names it uses, against the whole file as the other regions' answers so
+        # far leave it: a helper one region adds may be what another one calls.
+        others = [(p.region, p.new_own) for p in plan.parts if p.region != part.region and p.new_own is not None]
+        text = plan.job.source.text
+        before, after = splice(text, others), splice(text, [*others, (part.region, new_own)])
+        part.verdict = check_intent(plan.job.source.path, before, after, plan.intent)
+        part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None
+        part.final = part.problem is None
+        return
     part.verdict = check_intent(plan.job.source.path, shown, new_shown, plan.intent, reach=plan.reach)
     if part.verdict.failed and part.region.head:
         # The head is shown, never spliced: what the model did to it is dropped. Judged as it is

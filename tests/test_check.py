@@ -235,6 +235,17 @@ def test_add_a_parameter():
     assert verdict(annotated, "add a parameter verbose with default False to report").ok is False
 
 
+def test_a_parameter_asked_with_its_annotation_must_carry_that_annotation():
+    typed = "add a parameter verbose: bool = False to the function report"
+    right = CODE.replace("def report(shelf):", "def report(shelf, verbose: bool = False):")
+    assert verdict(right, typed).ok is True
+    assert verdict(right.replace("verbose: bool = False", "verbose : bool=False"), typed).ok is True
+    untyped = verdict(CODE.replace("def report(shelf):", "def report(shelf, verbose=False):"), typed)
+    assert untyped.ok is False and "asks for `verbose: bool`" in untyped.reason
+    assert verdict(right.replace(": bool", ": int"), typed).ok is False
+    assert verdict(right.replace("= False", "= True"), typed).ok is False
+
+
 # -- f-strings -------------------------------------------------------------------------------
 def test_percent_formatting_to_fstrings_must_render_the_same():
     right = CODE.replace('"report: %s items, %.2f value" % (shelf.count(), shelf.value())',
@@ -287,6 +298,19 @@ def report(shelf, verbose=False):
 
 
 # -- what is not checked ---------------------------------------------------------------------
+def test_a_free_form_answer_that_uses_a_name_nothing_defines_fails():
+    misspelt = CODE.replace("return total_value(shelf.items, LIMIT)", "return total_value(shelf.itms, LIMT)")
+    result = verdict(misspelt, "make report shorter")
+    assert result.ok is False and "`LIMT` (in `report`)" in result.reason and "itms" not in result.reason
+    # names the answer binds itself, builtins, globals a function declares, attributes: fine
+    helper = CODE.replace("def report(shelf):", "def _limit():\n    global CAP\n    CAP = 3\n    return max(CAP, 1)\n\n\ndef report(shelf):")
+    assert verdict(helper.replace("LIMIT)", "_limit()) + CAP"), "make report shorter").ok is None
+    # what the file itself left undefined is not the answer's doing; a star import cannot be read
+    assert verdict(misspelt, "make it faster", code=misspelt).ok is None
+    starred = "from os.path import *\n" + CODE
+    assert verdict("from os.path import *\n" + misspelt, "make it faster", code=starred).ok is None
+
+
 def test_instructions_it_does_not_understand_and_other_languages_are_unchecked():
     assert verdict(CODE, "make it faster").ok is None
     assert verdict(CODE, "rename a to b and c to d").ok is None

@@ -91,6 +91,14 @@ def test_a_misindented_python_file_does_not_validate():
         assert not result.ok and result.message == message
 
 
+def test_what_parses_but_python_refuses_to_import_does_not_validate():
+    original = "def f(month, year):\n    def g():\n        return month\n    return g\n"
+    duplicate = validate("a.py", original.replace("f(month, year)", "f(year, year)"), original)
+    assert not duplicate.ok and duplicate.message == "syntax error at line 1: duplicate argument 'year' in function definition"
+    unbound = validate("a.py", original.replace("        return month", "        nonlocal day\n        return month"), original)
+    assert not unbound.ok and "no binding for nonlocal 'day'" in unbound.message
+
+
 def test_syntax_this_python_cannot_read_is_left_to_tree_sitter_where_the_original_has_it():
     # a file Python cannot parse to begin with (here: Python 2): its own parser has no say
     legacy = "def f(items):\n    print 'a'\n    return items\n"

@@ -52,6 +52,19 @@ def test_every_training_phrasing_parses_back_to_its_intent(instruction, intent):
     assert parse_intent(instruction) == intent
 
 
+@pytest.mark.parametrize(("instruction", "intent"), [
+    ("add a parameter strict: bool = False to the function fnmatch", AddParameter("fnmatch", "strict", "False", "bool")),
+    ("add the parameter `retries: int = 3` to get", AddParameter("get", "retries", "3", "int")),
+    ("add an argument verbose: bool to f", AddParameter("f", "verbose", None, "bool")),
+    ("add a parameter limit=10 to the function take", AddParameter("take", "limit", "10")),
+    ("add a parameter x: dict[str, int] = {} to f", AddParameter("f", "x", "{}", "dict[str, int]")),
+    ("convert the % formatting in the function formatmonthname to f-strings", FStrings("formatmonthname")),
+    ("convert % formatting to f-strings in the function f", FStrings("f")),
+])
+def test_phrasings_users_write_beside_the_training_ones(instruction, intent):
+    assert parse_intent(instruction) == intent
+
+
 def test_a_snippet_is_a_merge_and_the_unknown_is_free_form():
     assert parse_intent("", "x = 1\n") == SnippetMerge("x = 1\n")
     free = parse_intent("make `load_config` cache its result in _CACHE")

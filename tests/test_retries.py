@@ -191,3 +191,31 @@ def test_an_all_entry_left_behind_is_asked_again_and_refused():
     assert "`__all__` still lists `total_0`" in str(result.refusal())
     _, right = run(True, EXPORTED, IdentifierRenames(strings_too=True))
     assert right.refusal() is None and right.new_text == EXPORTED.replace("total_0", "first_total")
+
+
+class MisspeltThenRight(UnchangedAnswers):
+    """A free-form edit: the first answers return a name nothing defines (a typo of `total_1`),
+    every later one returns `total_1`."""
+
+    def generate(self, jobs, **kwargs):
+        for done in super().generate(jobs, **kwargs):
+            text = done.generation.text.replace("return total_0", "return totl_1" if len(self.rounds) == 1 else "return total_1")
+            yield GeneratedEdit(done.index, done.request, Generation(text=text, stats=done.generation.stats))
+
+
+def test_a_free_form_region_that_uses_a_name_nothing_defines_is_asked_again():
+    runner = MisspeltThenRight()
+    job = EditJob.for_source(SourceFile.from_text(Path("steps.py"), SOURCE), "steps.py", "make step_0 return total_1")
+    ((_, result),) = generate_edits(runner, [job], scope="regions")
+    assert len(runner.rounds) == 2  # answered, refused for the name, asked again
+    assert result.refusal() is None, result.refusal()
+    assert result.new_text == SOURCE.replace("return total_0", "return total_1")
+    # never right: refused at the end with the name, nothing written
+    class AlwaysMisspelt(UnchangedAnswers):
+        def generate(self, jobs, **kwargs):
+            for done in super().generate(jobs, **kwargs):
+                text = done.generation.text.replace("return total_0", "return totl_1")
+                yield GeneratedEdit(done.index, done.request, Generation(text=text, stats=done.generation.stats))
+
+    ((_, wrong),) = generate_edits(AlwaysMisspelt(), [job], scope="regions")
+    assert wrong.refusal() is not None and wrong.refusal().exit_code == 11 and "`totl_1`" in str(wrong.refusal())

@@ -18,14 +18,17 @@ token streams (tree-sitter, so layout never matters) against what that instructi
     debug prints  `print(...)` statements removed and nothing else: one for "the print", at
                   least one for "prints". Which of several prints is a debug print is not
                   checked (said so in the verdict, never passed or failed on a guess).
-    add parameter the function's signature gains that parameter (with that default, if one is
-                  named); nothing else changed.
+    add parameter the function's signature gains that parameter (with that default and that
+                  annotation, if named; no annotation if none is); nothing else changed.
     % → f-string  each %-format whose conversion is mechanical is an equivalent f-string (same
                   text, same expressions, same conversions); nothing else changed.
     type hints    only annotations added (and `typing` imports); every parameter and the return
                   of the function(s) in scope annotated; existing annotations kept.
     snippet merge every snippet line present, in order; each "... existing code ..." marker
                   stands for a run of the original; the file around the snippet unchanged.
+    free form     what it asks is not judged, but an answer that uses a name nothing in the
+                  file defines (nor Python's builtins), where the file itself used none, fails:
+                  a misspelt variable or a helper made up on the spot is a NameError waiting.
 
 An instruction that names something the file does not have (a rename of a name that does not
 occur) is done by the file as it is. An unchanged answer to an instruction that names
@@ -271,7 +274,7 @@ def check_intent(
     if isinstance(intent, SnippetMerge):
         return check_snippet_merge(original, answer, intent.update)
     if isinstance(intent, FreeForm):
-        return unchecked("the check does not understand this instruction")
+        return check_free_form(original, answer)
     old, new = Source(original), Source(answer)
     match intent:
         case Rename():
@@ -284,7 +287,7 @@ def check_intent(
         case RemovePrints():
             return check_debug_prints(old, new, intent.scope, intent.plural)
         case AddParameter():
-            return check_add_parameter(old, new, intent.function, intent.param, intent.default)
+            return check_add_parameter(old, new, intent.function, intent.param, intent.default, intent.annotation)
         case FStrings():
             return check_fstrings(old, new, intent.scope)
         case TypeHints():
@@ -672,8 +675,8 @@ def _count(n: int, noun: str) -> str:
 # -- add a parameter -------------------------------------------------------------------------
 
 
-def _parameters(source: Source, node) -> list[tuple[str, str, object]]:
-    """(name, token text, default node) of each parameter of a function definition."""
+def _parameters(source: Source, node) -> list[tuple[str, str, object, object]]:
+    """(name, token text, default node, annotation node) of each parameter of a function definition."""
     out = []
     for child in node.child_by_field_name("parameters").named_children:
         if child.type == "comment":
@@ -683,11 +686,14 @@ def _parameters(source: Source, node) -> list[tuple[str, str, object]]:
             name = next((c for c in child.named_children if c.type == "identifier"), None)
         label = name.text.decode() if name is not None else child.type
         i, j = source.span(child)
-        out.append((label, " ".join(t.text for t in source.tokens[i:j]), child.child_by_field_name("value")))
+        out.append((label, " ".join(t.text for t in source.tokens[i:j]), child.child_by_field_name("value"),
+                    child.child_by_field_name("type")))
     return out
 
 
-def check_add_parameter(old: Source, new: Source, function: str, param: str, default: str | None) -> CheckVerdict:
+def check_add_parameter(
+    old: Source, new: Source, function: str, param: str, default: str | None, annotation: str | None = None
+) -> CheckVerdict:
     kind = "add_parameter"
     found = _definitions(old, function, ("function_definition",))
     if not found:
@@ -697,7 +703,7 @@ def check_add_parameter(old: Source, new: Source, function: str, param: str, def
         return unchecked(f"`{function}` {why}", kind)
     defined = [n for n in _walk(chosen) if n.type == "function_definition" and _name_of(n) == function][0]
     before = _parameters(old, defined)
-    if any(name == param for name, _, _ in before):
+    if any(name == param for name, *_ in before):
         if _same(old, new):
             return CheckVerdict(kind, True, f"nothing to do: `{function}` already has `{param}`")
         return unchecked(f"`{function}` already has a parameter `{param}`", kind)
@@ -709,12 +715,14 @@ def check_add_parameter(old: Source, new: Source, function: str, param: str, def
     added = [p for p in after if p[0] == param]
     if not added:
         return CheckVerdict(kind, False, f"`{function}` (line {defined.start_point[0] + 1}) has no parameter `{param}` in the answer")
-    rest = [text for name, text, _ in after if name != param]
-    if rest != [text for _, text, _ in before]:
+    rest = [text for name, text, *_ in after if name != param]
+    if rest != [text for _, text, *_ in before]:
         return CheckVerdict(kind, False, f"the answer changes other parameters of `{function}`: {', '.join(rest)}")
-    value = added[0][2]
-    if ":" in added[0][1].split("=")[0]:
+    value, written = added[0][2], added[0][3] and new.node_text(added[0][3])
+    if annotation is None and written is not None:
         return CheckVerdict(kind, False, f"`{function}` gains `{added[0][1]}`: the instruction asks for no type annotation")
+    if annotation is not None and (written is None or _expression_keys(written) != _expression_keys(annotation)):
+        return CheckVerdict(kind, False, f"`{function}` gains `{added[0][1]}`: the instruction asks for `{param}: {annotation}`")
     if default is not None:
         if value is None:
             return CheckVerdict(kind, False, f"`{param}` has no default in the answer (asked: {default})")
@@ -1198,3 +1206,56 @@ def _runs(orig: list[str], gap: list[str], start: int):
     for i in range(start, len(orig) - len(gap) + 1):
         if orig[i : i + len(gap)] == gap:
             yield i
+
+
+# -- free form -------------------------------------------------------------------------------
+
+_STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*\*", re.MULTILINE)
+
+
+def check_free_form(original: str, answer: str) -> CheckVerdict:
+    """Unchecked, unless the answer reads a global name that nothing defines and the file did
+    not: the one wrong answer that can be told without knowing what was asked."""
+    before, after = undefined_globals(original), undefined_globals(answer)
+    if before is not None and after is not None:
+        new = [(name, where) for name, where in after.items() if name not in before]
+        if new:
+            uses = ", ".join(f"`{name}`" + (f" (in `{where}`)" if where != "top" else "") for name, where in new[:3])
+            return CheckVerdict("free_form", False, f"the answer uses {uses}, which nothing in the file defines")
+    return unchecked("the check does not understand this instruction")
+
+
+def undefined_globals(text: str) -> dict[str, str] | None:
+    """Global names `text` reads that it never binds and Python's builtins do not have, each with
+    the scope that first reads it (`top` for the module); None where that cannot be told: the
+    file does not compile, or a star import brings names nobody can list."""
+    import builtins
+    import symtable
+    import warnings
+
+    if _STAR_IMPORT.search(text):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            top = symtable.symtable(text, "<hsedit>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    bound, read = set(dir(builtins)), {}
+    tables = [top]
+    while tables:
+        table = tables.pop(0)
+        at_top = table.get_type() == "module"
+        for symbol in table.get_symbols():
+            name = symbol.get_name()
+            # bound at the top, or from inside a function through `global`
+            if (at_top or symbol.is_declared_global()) and (
+                symbol.is_assigned() or symbol.is_imported() or symbol.is_namespace()
+            ):
+                bound.add(name)
+            if symbol.is_referenced() and (at_top or symbol.is_global()):
+                read.setdefault(name, table.get_name())
+        tables += table.get_children()
+    return {name: where for name, where in read.items()
+            if name not in bound and not (name.startswith("__") and name.endswith("__"))}
+

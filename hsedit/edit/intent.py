@@ -9,7 +9,7 @@ are phrasings this grammar reads back to the intent that produced them (a test h
     SetConstant(name, value)             set NAME to V
     Delete(name, what)                   delete the function/class NAME
     RemovePrints(scope, plural)          remove the debug print(s) [in F]
-    AddParameter(function, param, default)
+    AddParameter(function, param, default, annotation)
     FStrings(scope)                      %-formatting to f-strings [in F]
     TypeHints(scope)                     add type hints to F (or to the file)
     SnippetMerge(update)                 `hsedit batch`'s {"update": SNIPPET}
@@ -66,6 +66,7 @@ class AddParameter:
     function: str
     param: str
     default: str | None = None
+    annotation: str | None = None  # "add a parameter strict: bool = False": the answer's must read the same
     kind = ADD_PARAMETER
 
 
@@ -150,6 +151,10 @@ _DEBUG_PRINT = _patterns(
     r"debug statements?)(?: (?:i|you|someone) left)?(?: (?:in|from|inside) (?:the )?(?:function |method )?{f})?"
 )
 _ADD_PARAMETER = _patterns(
+        # the parameter as it is written in a signature: `name: T`, `name = V`, `name: T = V`
+        r"(?:please )?add (?:a |an |the )?(?:new )?(?:optional |keyword |keyword-only )?(?:parameter|argument|param|arg) "
+        r"[`'\"]?(?P<param>[A-Za-z_]\w*)(?: ?: ?(?P<annotation>[^=`'\"]*[^=`'\" ]))?(?: ?= ?(?P<default>[^`'\"]+?))?[`'\"]? "
+        r"to (?:the )?(?:function |method )?{f}",
         r"(?:please )?add (?:a |an |the )?(?:new )?(?:optional |keyword |keyword-only )?(?:parameter|argument|param|arg) {p}"
         r"(?: with (?:a )?default(?: value)?(?: of)? (?P<default>.+?))? to (?:the )?(?:function |method )?{f}",
         r"(?:please )?add (?:a |an |the )?(?:new )?(?:optional |keyword )?`(?P<param>[A-Za-z_]\w*) ?= ?(?P<default>[^`]+)` "
@@ -161,7 +166,10 @@ _FSTRING = _patterns(
     r"(?:old-style |old )?(?:%|%-|percent|percent-sign)[ -]?(?:style )?(?:string )?(?:formatting|formats?|format strings?|"
     r"interpolation)(?: strings?)?(?: (?:to|into|with) f-?strings)|use f-?strings instead of (?:the )?(?:old-style )?"
     r"(?:%|%-|percent)[ -]?(?:style )?(?:string )?(?:formatting|format))"
-    r"(?: (?:in|inside) (?:the )?(?:function |method )?{f})?"
+    r"(?: (?:in|inside) (?:the )?(?:function |method )?{f})?",
+    r"(?:please )?(?:convert|change|switch|replace|turn|rewrite|migrate) (?:all |the |all the |every |any )?"
+    r"(?:old-style |old )?(?:%|%-|percent|percent-sign)[ -]?(?:style )?(?:string )?(?:formatting|formats?|format strings?|"
+    r"interpolation)(?: strings?)? (?:in|inside) (?:the )?(?:function |method )?{f} (?:to|into|with) f-?strings",
 )
 _TYPE_HINTS = _patterns(
         r"(?:please )?add (?:type )?(?:hints|annotations|type hints|type annotations) (?:to|for) (?:the )?(?:function |method )?{f}",
@@ -242,7 +250,9 @@ def _add_parameter(text: str) -> AddParameter | None:
         return None
     groups = match.groupdict()
     default = groups.get("default") or groups.get("default2")
-    return AddParameter(match["scope"], match["param"], default and default.strip().strip("`"))
+    annotation = groups.get("annotation")
+    return AddParameter(match["scope"], match["param"], default and default.strip().strip("`"),
+                        annotation and annotation.strip())
 
 
 def _fstrings(text: str) -> FStrings | None:
@@ -286,7 +296,8 @@ def answer_growth_bound(intent: Intent, text: str) -> int | None:
     if isinstance(intent, SetConstant):
         return mentions(intent.name) * (len(intent.value) + 2)
     if isinstance(intent, AddParameter) and intent.function:
-        return mentions(intent.function) * (len(intent.param) + len(intent.default or "") + len(", = ") + 2)
+        written = len(intent.param) + len(intent.default or "") + len(intent.annotation or "") + len(", : = ")
+        return mentions(intent.function) * (written + 2)
     if isinstance(intent, (Delete, RemovePrints)):
         return 0
     return None

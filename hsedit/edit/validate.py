@@ -62,15 +62,17 @@ def _python_reads(original: str) -> bool:
 
 
 def _python_error(text: str) -> str | None:
-    """What this Python's parser says is wrong with `text` (None: it parses). Only parsed, never
-    compiled or run; its warnings (invalid escapes) are not the user's business here."""
-    import ast
+    """What this Python's parser and its scope analysis say is wrong with `text` (None: nothing):
+    a duplicate parameter or a `nonlocal` with nothing to bind parses, yet Python refuses to
+    import the file. Never compiled to code or run; its warnings (invalid escapes) are not the
+    user's business here."""
+    import symtable
     import warnings
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            compile(text, "<hsedit>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+            symtable.symtable(text, "<hsedit>", "exec")
     except SyntaxError as error:
         kind = "indentation error" if isinstance(error, IndentationError) else "syntax error"
         return f"{kind} at line {error.lineno}: {error.msg}"
