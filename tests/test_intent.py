@@ -45,6 +45,9 @@ def _others():
         yield template.format(f="parse"), RemovePrints("parse" if "{f}" in template else None, False)
     for template in edits.ADD_PARAMETER_TEMPLATES:
         yield template.format(p="timeout", d="None", f="fetch"), AddParameter("fetch", "timeout", "None")
+    for template in edits.TYPED_PARAMETER_TEMPLATES:
+        yield (template.format(p="timeout", d="None", t="float | None", f="fetch"),
+               AddParameter("fetch", "timeout", "None", "float | None"))
 
 
 @pytest.mark.parametrize(("instruction", "intent"), [*_renames(), *_others()], ids=lambda v: str(v)[:60])

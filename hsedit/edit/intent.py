@@ -153,7 +153,7 @@ _DEBUG_PRINT = _patterns(
 _ADD_PARAMETER = _patterns(
         # the parameter as it is written in a signature: `name: T`, `name = V`, `name: T = V`
         r"(?:please )?add (?:a |an |the )?(?:new )?(?:optional |keyword |keyword-only )?(?:parameter|argument|param|arg) "
-        r"[`'\"]?(?P<param>[A-Za-z_]\w*)(?: ?: ?(?P<annotation>[^=`'\"]*[^=`'\" ]))?(?: ?= ?(?P<default>[^`'\"]+?))?[`'\"]? "
+        r"(?P<quote>`?)(?P<param>[A-Za-z_]\w*)(?: ?: ?(?P<annotation>[^=`]*[^=` ]))?(?: ?= ?(?P<default>[^`]+?))?(?P=quote) "
         r"to (?:the )?(?:function |method )?{f}",
         r"(?:please )?add (?:a |an |the )?(?:new )?(?:optional |keyword |keyword-only )?(?:parameter|argument|param|arg) {p}"
         r"(?: with (?:a )?default(?: value)?(?: of)? (?P<default>.+?))? to (?:the )?(?:function |method )?{f}",

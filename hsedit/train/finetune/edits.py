@@ -480,6 +480,8 @@ ADD_PARAMETER_TEMPLATES = (
     "add a parameter {p} with default {d} to {f}", "Add an optional `{p}={d}` argument to `{f}`.",
     "give {f} a new keyword parameter {p} (default {d})",
 )
+# Asked as it is written in a signature, annotation included: the answer carries it.
+TYPED_PARAMETER_TEMPLATES = ("add a parameter {p}: {t} = {d} to the function {f}",)
 
 
 def add_parameter(source: str, rng: random.Random) -> Edit | None:
@@ -496,17 +498,20 @@ def add_parameter(source: str, rng: random.Random) -> Edit | None:
         return None
     node = rng.choice(candidates)
     taken = _all_names(source)
-    options = [p for p in (("verbose", "False"), ("timeout", "None"), ("strict", "True"), ("encoding", '"utf-8"'), ("limit", "None"), ("debug", "False")) if p[0] not in taken]
+    options = [p for p in (("verbose", "False", "bool"), ("timeout", "None", "float | None"), ("strict", "True", "bool"),
+                           ("encoding", '"utf-8"', "str"), ("limit", "None", "int | None"), ("debug", "False", "bool"))
+               if p[0] not in taken]
     if not options:
         return None
-    name, default = rng.choice(options)
+    name, default, annotation = rng.choice(options)
+    text = rng.choice(ADD_PARAMETER_TEMPLATES + TYPED_PARAMETER_TEMPLATES)
+    written = f"{name}: {annotation} = {default}" if text in TYPED_PARAMETER_TEMPLATES else f"{name}={default}"
     last = node.args.defaults[-1] if node.args.defaults else node.args.args[-1]
     end = _end(source, last)
-    after = _replace_spans(source, [(end, end, f", {name}={default}")])
+    after = _replace_spans(source, [(end, end, f", {written}")])
     if _parse(after) is None:
         return None
-    text = rng.choice(ADD_PARAMETER_TEMPLATES)
-    return Edit("add_parameter", text.format(p=name, d=default, f=node.name), source, after)
+    return Edit("add_parameter", text.format(p=name, d=default, t=annotation, f=node.name), source, after)
 
 
 # -- snippet merges ------------------------------------------------------------------------
