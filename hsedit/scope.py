@@ -365,13 +365,18 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
         part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None
         part.final = part.problem is None
         return
-    part.verdict = check_intent(plan.job.source.path, shown, new_shown, plan.intent, reach=plan.reach)
+    intent = plan.intent
+    if isinstance(intent, Rename) and intent.scope and part.region.indent is not None:
+        # A line piece is shown without the function it was picked inside: there, the scoped
+        # rename is every use's (else "no such function here" would pass it unchanged).
+        intent = replace(intent, scope=None)
+    part.verdict = check_intent(plan.job.source.path, shown, new_shown, intent, reach=plan.reach)
     if part.verdict.failed and part.region.head:
         # The head is shown, never spliced: what the model did to it is dropped. Judged as it is
         # spliced (under the head as it was), the region's own lines may be right all the same;
         # a use in the head is its own region's to rename, not this one's.
         head = part.region.head_text
-        spliced = check_intent(plan.job.source.path, shown, head + new_own, plan.intent, reach=plan.reach,
+        spliced = check_intent(plan.job.source.path, shown, head + new_own, intent, reach=plan.reach,
                                judged_from=len(head))
         if spliced.ok:
             part.verdict = spliced

@@ -93,6 +93,23 @@ def test_a_single_unit_asks_all_its_sampled_attempts_in_one_round():
     assert [r["attempts"] for r in result.regions] == [1 + RETRIES]
 
 
+def test_a_line_shown_without_its_function_is_judged_as_inside_it():
+    """"in step_0, rename …": the last resort shows a line without the `def` it sits in; an
+    unchanged answer there is a missed use, not "nothing to do: no `step_0` here"."""
+    runner = UnchangedAnswers()
+    job = EditJob.for_source(SourceFile.from_text(Path("steps.py"), ONE_UNIT), "steps.py",
+                             "in step_0, rename total_0 to first_total")
+    ((_, result),) = generate_edits(runner, [job], scope="regions")
+    assert runner.shown[1] == ["return items[0] + total_0\n"]  # the line alone
+    assert [r["attempts"] for r in result.regions] == [1 + RETRIES]  # asked until its attempts ran out
+    assert result.refusal() is not None and result.refusal().exit_code == 11
+    probe = UnchangedAnswers()
+    run(True, ONE_UNIT, probe)
+    renamed = UnchangedAnswers(renaming_seeds=(probe.seeds[2][1],))
+    ((_, right),) = generate_edits(renamed, [job], scope="regions")
+    assert right.refusal() is None and right.new_text == ONE_UNIT.replace("total_0", "first_total")
+
+
 def test_the_sampled_copy_that_passes_is_the_answer():
     probe = UnchangedAnswers()
     run(True, ONE_UNIT, probe)
