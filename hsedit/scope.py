@@ -36,7 +36,7 @@ from hsedit.edit.check import CheckVerdict, RenameReach, Source, check_intent, r
 from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile
 from hsedit.edit.guard import DEFAULT_MAX_DELETION
-from hsedit.edit.intent import FreeForm, Intent, Rename, parse_intent
+from hsedit.edit.intent import Delete, FreeForm, Intent, Rename, parse_intent
 from hsedit.edit.regions import (
     REGION_TOKENS,
     Region,
@@ -46,6 +46,7 @@ from hsedit.edit.regions import (
     line_pieces,
     own_part,
     pick,
+    regions_for,
     splice,
     units,
 )
@@ -128,8 +129,7 @@ def plan_edit(job: EditJob, scope: str = AUTO) -> EditPlan:
     if Source(text).root.has_error:
         raise UsageError(f"{job.display_path} does not parse, so it cannot be cut into regions: use --scope file")
     reach = rename_reach(Source(text), intent.old) if isinstance(intent, Rename) and not intent.scope else None
-    regions = group(text, pick(text, intent, units(text)))
-    return EditPlan(job, intent, REGIONS, [_region_part(job, r) for r in regions], reach)
+    return EditPlan(job, intent, REGIONS, [_region_part(job, r) for r in regions_for(text, intent)], reach)
 
 
 def _region_part(job: EditJob, region: Region) -> Part:
@@ -304,7 +304,10 @@ RETRY_BUDGETS = (REGION_TOKENS, 150, 0)
 def finer_regions(text: str, region: Region, intent: Intent) -> list[Region] | None:
     """The region cut at the first of RETRY_BUDGETS that splits it: the pieces the intent needs,
     each a region of its own; past the finest cut, a rename's lines with uses alone
-    (`line_pieces`). None when nothing splits it or the intent needs none of them."""
+    (`line_pieces`). None when nothing splits it or the intent needs none of them, or it is a
+    deletion's: what goes is the definition whole."""
+    if isinstance(intent, Delete):
+        return None
     for budget in RETRY_BUDGETS:
         inside = [u for u in _cut_once(text, budget) if region.start <= u.start and u.end <= region.end]
         if len(inside) > 1:
@@ -370,14 +373,14 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
         # A line piece is shown without the function it was picked inside: there, the scoped
         # rename is every use's (else "no such function here" would pass it unchanged).
         intent = replace(intent, scope=None)
-    part.verdict = check_intent(plan.job.source.path, shown, new_shown, intent, reach=plan.reach)
+    part.verdict = check_intent(plan.job.source.path, shown, new_shown, intent, reach=plan.reach, whole_file=False)
     if part.verdict.failed and part.region.head:
         # The head is shown, never spliced: what the model did to it is dropped. Judged as it is
         # spliced (under the head as it was), the region's own lines may be right all the same;
         # a use in the head is its own region's to rename, not this one's.
         head = part.region.head_text
         spliced = check_intent(plan.job.source.path, shown, head + new_own, intent, reach=plan.reach,
-                               judged_from=len(head))
+                               judged_from=len(head), whole_file=False)
         if spliced.ok:
             part.verdict = spliced
     part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None

@@ -120,6 +120,13 @@ def test_delete_function_removes_only_an_unused_function():
     assert "\n\n\n\n" not in edit.after
 
 
+def test_a_function_called_only_inside_an_f_string_is_not_deleted():
+    source = 'def name_of(x):\n    return type(x).__name__\n\n\ndef describe(x):\n    return f"a {name_of(x)}"\n'
+    for seed in range(10):
+        edit = edits.delete_function(source, random.Random(seed))
+        assert edit is None or "def name_of" in edit.after
+
+
 def test_debug_print_is_in_the_input_only():
     edit = edits.remove_debug_print(SOURCE, random.Random(3))
     assert edit.after == SOURCE

@@ -98,6 +98,20 @@ def test_a_deletion_is_shown_with_a_neighbour():
     assert [e.after for e in examples] == ["def keep():\n    return 1\n"]
 
 
+def test_a_deleted_definition_too_large_for_one_region_is_sent_whole_and_never_cut_finer():
+    # `drop` is over the budget (80 here): cut, its header would be shown read-only above its
+    # statements, and no answer could delete it
+    drop = "def drop(items):\n" + "".join(f"    value_{j} = items[{j}] + 1\n" for j in range(14)) + "    return value_0\n"
+    text = "def keep():\n    return 1\n\n\n" + drop + "\n\nkeep()\n"
+    assert estimated_tokens(drop) > 80
+    intent = parse_intent("delete the function drop")
+    (region,) = regions_for(text, intent, budget=80)
+    assert region.shown == text.removesuffix("\n\nkeep()\n")  # `keep` beside it, `drop` whole
+    assert finer_regions(text, region, intent) is None  # asked again as it is (sampled)
+    # the same file, any other intent: cut at the same budget
+    assert len(regions_for(text, parse_intent("rename value_3 to v"), budget=80)[0].shown.splitlines()) < 10
+
+
 def _documented_function(docstring_lines: int, body_lines: int = 80) -> str:
     doc = '    """Scale every item.\n\n' + "".join(f"    >>> scale([{k}], 2)\n" for k in range(docstring_lines - 3)) + '    """\n'
     body = "".join(f"    part_{j} = items[{j}] * factor\n" for j in range(body_lines))

@@ -26,9 +26,11 @@ token streams (tree-sitter, so layout never matters) against what that instructi
                   of the function(s) in scope annotated; existing annotations kept.
     snippet merge every snippet line present, in order; each "... existing code ..." marker
                   stands for a run of the original; the file around the snippet unchanged.
-    free form     what it asks is not judged, but an answer that uses a name nothing in the
-                  file defines (nor Python's builtins), where the file itself used none, fails:
-                  a misspelt variable or a helper made up on the spot is a NameError waiting.
+
+Whatever the kind but a rename (whose own check holds every use), free form too, an answer for
+the whole file that reads a global name nothing in it defines (nor Python's builtins), where the
+file itself read none, fails: a misspelt variable, a helper made up on the spot, a deleted
+function still called is a NameError waiting.
 
 An instruction that names something the file does not have (a rename of a name that does not
 occur) is done by the file as it is. An unchanged answer to an instruction that names
@@ -255,26 +257,41 @@ def _same(old: Source, new: Source) -> bool:
 
 
 # -- the verdict for an intent -----------------------------------------------------------------
-def check_edit(path: str | Path, original: str, answer: str, instruction: str, update: str | None = None) -> CheckVerdict:
-    """The verdict on `answer` (the whole new file) for `instruction` (or a snippet `update`)."""
-    return check_intent(path, original, answer, parse_intent(instruction, update))
+def check_edit(
+    path: str | Path, original: str, answer: str, instruction: str, update: str | None = None, *, whole_file: bool = True
+) -> CheckVerdict:
+    """The verdict on `answer` (the whole new file, or a region's with `whole_file=False`) for
+    `instruction` (or a snippet `update`)."""
+    return check_intent(path, original, answer, parse_intent(instruction, update), whole_file=whole_file)
 
 
 def check_intent(
     path: str | Path, original: str, answer: str, intent: Intent, *, reach: RenameReach | None = None,
-    judged_from: int = 0,
+    judged_from: int = 0, whole_file: bool = True,
 ) -> CheckVerdict:
     """The verdict on `answer` for a parsed intent. `reach` (a rename judged on a region of a
     file): what the rename must follow, as `rename_reach(whole file)` says. `judged_from`: the
     character where a rename's uses start to count (a region's head, left as it was, is judged
-    as a region of its own)."""
+    as a region of its own). `whole_file`: `original` is the whole file, so a name the answer
+    reads that nothing defines any more fails it (in a region, names are defined elsewhere)."""
     suffix = Path(path).suffix.lower()
     if CHECKED_SUFFIXES.get(suffix) != "python":
         return unchecked(f"no instruction check for {suffix or 'this file type'} files")
+    verdict = _check_kind(original, answer, intent, reach, judged_from)
+    # A rename's own check already holds every use to the new name (and a name the file never
+    # defined stays undefined under its new one).
+    if whole_file and not verdict.failed and not isinstance(intent, Rename):
+        dangling = names_left_undefined(original, answer)
+        if dangling:
+            return CheckVerdict(verdict.kind or intent.kind, False, f"the answer uses {dangling}, which nothing in the file defines")
+    return verdict
+
+
+def _check_kind(original: str, answer: str, intent: Intent, reach: RenameReach | None, judged_from: int) -> CheckVerdict:
     if isinstance(intent, SnippetMerge):
         return check_snippet_merge(original, answer, intent.update)
     if isinstance(intent, FreeForm):
-        return check_free_form(original, answer)
+        return unchecked("the check does not understand this instruction")
     old, new = Source(original), Source(answer)
     match intent:
         case Rename():
@@ -1213,16 +1230,18 @@ def _runs(orig: list[str], gap: list[str], start: int):
 _STAR_IMPORT = re.compile(r"^[ \t]*from[ \t]+[\w.]+[ \t]+import[ \t]*\*", re.MULTILINE)
 
 
-def check_free_form(original: str, answer: str) -> CheckVerdict:
-    """Unchecked, unless the answer reads a global name that nothing defines and the file did
-    not: the one wrong answer that can be told without knowing what was asked."""
+def names_left_undefined(original: str, answer: str) -> str | None:
+    """The global names the answer reads that nothing in it defines (nor Python's builtins) and
+    the original did not read so, as the verdict names them; None when there are none or it
+    cannot be told. A misspelt variable, a helper made up on the spot, a deleted function still
+    called: a NameError waiting, whatever the instruction asked."""
     before, after = undefined_globals(original), undefined_globals(answer)
-    if before is not None and after is not None:
-        new = [(name, where) for name, where in after.items() if name not in before]
-        if new:
-            uses = ", ".join(f"`{name}`" + (f" (in `{where}`)" if where != "top" else "") for name, where in new[:3])
-            return CheckVerdict("free_form", False, f"the answer uses {uses}, which nothing in the file defines")
-    return unchecked("the check does not understand this instruction")
+    if before is None or after is None:
+        return None
+    new = [(name, where) for name, where in after.items() if name not in before]
+    if not new:
+        return None
+    return ", ".join(f"`{name}`" + (f" (in `{where}`)" if where != "top" else "") for name, where in new[:3])
 
 
 def undefined_globals(text: str) -> dict[str, str] | None:

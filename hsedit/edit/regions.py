@@ -33,6 +33,7 @@ from hsedit.edit.check import (
     _assignments,
     _definitions,
     _is_marker,
+    _name_of,
     _percent_formats,
     _print_statements,
     _walk,
@@ -111,14 +112,22 @@ class Region:
 
 
 # -- the cut ---------------------------------------------------------------------------------
-def units(text: str, budget: int = REGION_TOKENS) -> list[Unit]:
-    """The file's units in order, covering every line but the blank ones between them, once."""
+def units(text: str, budget: int = REGION_TOKENS, whole: frozenset[str] = frozenset()) -> list[Unit]:
+    """The file's units in order, covering every line but the blank ones between them, once.
+    Definitions named in `whole` are never cut, whatever their size."""
     source = Source(text)
     lines = text.splitlines(keepends=True)
-    return list(_cut(source, source.root, 0, len(lines), (), -1, lines, budget))
+    return list(_cut(source, source.root, 0, len(lines), (), -1, lines, budget, whole))
 
 
-def _cut(source: Source, block, start: int, end: int, head, parent: int, lines, budget: int) -> Iterator[Unit]:
+def kept_whole(intent: Intent) -> frozenset[str]:
+    """The definitions an intent needs shown uncut: the one a deletion removes, whose header is
+    what goes (shown read-only above its statements, it could not be deleted)."""
+    return frozenset({intent.name}) if isinstance(intent, Delete) else frozenset()
+
+
+def _cut(source: Source, block, start: int, end: int, head, parent: int, lines, budget: int,
+         whole: frozenset[str] = frozenset()) -> Iterator[Unit]:
     """Units for the statements of `block`, which own lines [start, end): each statement takes
     the lines from where the last one ended to its own last line, the last one the rest."""
     statements = [c for c in block.named_children if c.type != "comment"]
@@ -132,16 +141,17 @@ def _cut(source: Source, block, start: int, end: int, head, parent: int, lines, 
         while position < statement.start_point[0] and not lines[position].strip():
             position += 1
         unit = Unit(position, last, head, parent)
-        yield from _cut_definition(source, statement, unit, lines, budget)
+        yield from _cut_definition(source, statement, unit, lines, budget, whole)
         position = last
 
 
-def _cut_definition(source: Source, statement, unit: Unit, lines, budget: int) -> Iterator[Unit]:
+def _cut_definition(source: Source, statement, unit: Unit, lines, budget: int,
+                    whole: frozenset[str] = frozenset()) -> Iterator[Unit]:
     """A statement too large for one request, cut into the statements of its body when it has one
     body and nothing after it (a class or function, a loop or `with` or `if` without `else`)."""
     compound = _compound(statement)
     text = "".join(lines[unit.start : unit.end])
-    if compound is None or estimated_tokens(text) <= budget:
+    if compound is None or estimated_tokens(text) <= budget or _name_of(compound) in whole:
         yield unit
         return
     body = compound.child_by_field_name("body")
@@ -151,7 +161,7 @@ def _cut_definition(source: Source, statement, unit: Unit, lines, budget: int) -
         return
     header = (statement.start_point[0], header_end)
     parent = statement.start_point[0]
-    pieces = list(_cut(source, body, header_end, unit.end, unit.head + (header,), parent, lines, budget))
+    pieces = list(_cut(source, body, header_end, unit.end, unit.head + (header,), parent, lines, budget, whole))
     # The first piece owns the header and whatever stands above the statement (its comments).
     owner = pieces[0]
     if owner.head == unit.head + (header,) and _long_docstring(body, owner, lines):
@@ -200,7 +210,7 @@ def pick(text: str, intent: Intent, cut: Sequence[Unit] | None = None) -> list[U
     """The units the intent needs changed (in file order); [] when it needs none (nothing to do).
     For an intent whose reach cannot be told (free form without a name the file has, a snippet
     that matches nowhere) every unit."""
-    cut = list(cut if cut is not None else units(text))
+    cut = list(cut if cut is not None else units(text, whole=kept_whole(intent)))
     touched = _touched_once(text, intent)
     if touched is None:
         return cut
@@ -336,7 +346,9 @@ def group(text: str, picked: Sequence[Unit], budget: int = REGION_TOKENS) -> lis
 
 def regions_for(text: str, intent: Intent, budget: int = REGION_TOKENS) -> list[Region]:
     """The regions a request is made for: the cut, the pick, the grouping."""
-    return group(text, pick(text, intent, units(text, budget)), budget)
+    picked = pick(text, intent, units(text, budget, kept_whole(intent)))
+    # A deletion's region is the definition with its neighbour, whatever their size (`pick`).
+    return group(text, picked, budget if not isinstance(intent, Delete) else max(budget, estimated_tokens(text)))
 
 
 def line_pieces(text: str, region: Region, intent: Intent) -> list[Region] | None:

@@ -427,7 +427,7 @@ def region_examples(edit: Edit, path: str, split: str, rng: random.Random,
             continue  # a change straddles the region's edge: no clean answer for it alone
         after = "".join("".join(after_lines[a:b]) for a, b in mapped)
         verdict = check_intent(path if path.endswith(".py") else path + ".py", region.shown, after, intent,
-                               reach=reach)
+                               reach=reach, whole_file=False)
         if verdict.ok is False:
             continue
         made.append(Example(_kind_of(edit), path, edit.instruction, region.shown, after, edit.update, split, "region"))

@@ -311,10 +311,14 @@ def delete_function(source: str, rng: random.Random) -> Edit | None:
     if tree is None:
         return None
     names = [tok.string for tok in _tokens(source) if tok.type == tokenize.NAME]
+    # Read anywhere, f-strings' fields included (one STRING token to 3.11's tokenizer): a
+    # deleted function still called is a broken file, not a deletion to learn.
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     functions = [
         node
         for node in _top_level(tree, (ast.FunctionDef, ast.AsyncFunctionDef))
-        if names.count(node.name) == 1 and f"'{node.name}'" not in source and f'"{node.name}"' not in source
+        if names.count(node.name) == 1 and node.name not in read
+        and f"'{node.name}'" not in source and f'"{node.name}"' not in source
     ]
     if not functions or len(tree.body) < 2:
         return None

@@ -100,7 +100,8 @@ def score(example: Example, output: str, cut_off: bool = False) -> Score:
     path = example.path if example.path.endswith(".py") else example.path + ".py"
     parses = validate(path, output, example.before).ok  # as `hsedit apply` validates
     return Score(
-        check=check_edit(path, example.before, output, example.instruction, example.update).ok,
+        check=check_edit(path, example.before, output, example.instruction, example.update,
+                         whole_file=example.scope == "file").ok,
         exact=output == example.after,
         unchanged_kept=len(kept) / len(unchanged) if unchanged else 1.0,
         unchanged_total=len(unchanged),
