@@ -191,6 +191,12 @@ def finetune_compare(
                 for old, new in zip(scores["shipped"], scores["candidate"])]
 
     guard, demo_guard = kept(whole, WHOLE_KEPT), kept(demo, DEMO_KEPT)
+    # Which files a guard lost, and how: what the next training pass has to fix.
+    lost = [{"guard": name, "path": e.path, "instruction": e.instruction, "cut_off": new.cut_off,
+             "unchanged_kept": round(new.unchanged_kept, 3)}
+            for name, files, pairs_kept, scores in ((WHOLE_FILE_GUARD, whole_files, guard, whole),
+                                                    (DEMO_FILE_GUARD, demo_files, demo_guard, demo))
+            for e, (was, now), new in zip(files, pairs_kept, scores.get("candidate", [])) if was and not now]
     kinds, total = compare(pairs, {WHOLE_FILE_GUARD: guard} if guard else None,
                            {DEMO_FILE_GUARD: demo_guard} if demo_guard else None)
     ships, why = verdict(kinds, total)
@@ -201,7 +207,7 @@ def finetune_compare(
              for name, scores in results.items()}
     if as_json:
         typer.echo(json.dumps({"ships": ships, "why": why, "kinds": [k.as_dict() for k in [*kinds, total]],
-                               "rates": rates}))
+                               "rates": rates, "lost": lost}))
     else:
         for name, rate in rates.items():
             typer.echo(f"{name:9} exact {rate['exact']:.1%} · answered unchanged {rate['answered_unchanged']:.1%} "
@@ -212,6 +218,9 @@ def finetune_compare(
                        f"{k.shipped_exact:3} -> {k.candidate_exact:3}  "
                        f"+{k.wins} -{k.losses}  p_better {k.p_better:.3f}  p_worse {k.p_worse:.3f}"
                        + ("  WORSE" if k.worse else ""))
+        for file in lost:
+            how = "cut off" if file["cut_off"] else f"{file['unchanged_kept']:.1%} of its unchanged lines"
+            typer.echo(f"lost ({file['guard']}): {file['path']} \"{file['instruction']}\": {how}")
         typer.echo(("ships: " if ships else "does not ship: ") + why)
     raise typer.Exit(0 if ships else 1)
 
