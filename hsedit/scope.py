@@ -358,23 +358,30 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
         return
     part.truncated_at, part.looped = None, False
     part.new_own = new_own
-    if isinstance(plan.intent, FreeForm):
-        # Judged by the names it uses, against the whole file as the other regions' answers so
-        # far leave it: a helper one region adds may be what another one calls.
-        others = [(p.region, p.new_own) for p in plan.parts if p.region != part.region and p.new_own is not None]
-        text = plan.job.source.text
-        before, after = splice(text, others), splice(text, [*others, (part.region, new_own)])
-        part.verdict = check_intent(plan.job.source.path, before, after, plan.intent)
-        part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None
-        part.final = part.problem is None
-        return
+    part.verdict = (_free_form_verdict(plan, part, new_own) if isinstance(plan.intent, FreeForm)
+                    else _region_verdict(plan, part, shown, new_shown, new_own))
+    part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None
+    part.final = part.problem is None
+
+
+def _free_form_verdict(plan: EditPlan, part: Part, new_own: str) -> CheckVerdict:
+    """Judged by the names it reads, against the whole file as the other regions' answers so far
+    leave it: a helper one region adds may be what another one calls."""
+    others = [(p.region, p.new_own) for p in plan.parts if p.region != part.region and p.new_own is not None]
+    text = plan.job.source.text
+    before, after = splice(text, others), splice(text, [*others, (part.region, new_own)])
+    return check_intent(plan.job.source.path, before, after, plan.intent)
+
+
+def _region_verdict(plan: EditPlan, part: Part, shown: str, new_shown: str, new_own: str) -> CheckVerdict:
+    """Judged on the region as it was shown."""
     intent = plan.intent
     if isinstance(intent, Rename) and intent.scope and part.region.indent is not None:
         # A line piece is shown without the function it was picked inside: there, the scoped
         # rename is every use's (else "no such function here" would pass it unchanged).
         intent = replace(intent, scope=None)
-    part.verdict = check_intent(plan.job.source.path, shown, new_shown, intent, reach=plan.reach, whole_file=False)
-    if part.verdict.failed and part.region.head:
+    verdict = check_intent(plan.job.source.path, shown, new_shown, intent, reach=plan.reach, whole_file=False)
+    if verdict.failed and part.region.head:
         # The head is shown, never spliced: what the model did to it is dropped. Judged as it is
         # spliced (under the head as it was), the region's own lines may be right all the same;
         # a use in the head is its own region's to rename, not this one's.
@@ -382,9 +389,8 @@ def _record(plan: EditPlan, part: Part, done: GeneratedEdit) -> None:
         spliced = check_intent(plan.job.source.path, shown, head + new_own, intent, reach=plan.reach,
                                judged_from=len(head), whole_file=False)
         if spliced.ok:
-            part.verdict = spliced
-    part.problem = f"{part.region.label}: {part.verdict.reason}" if part.verdict.failed else None
-    part.final = part.problem is None
+            return spliced
+    return verdict
 
 
 def _parses_in_place(job: EditJob, region: Region, new_own: str) -> bool:

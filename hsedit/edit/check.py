@@ -61,7 +61,7 @@ from hsedit.edit.intent import (
     TypeHints,
     parse_intent,
 )
-from hsedit.edit.validate import CHECKED_SUFFIXES, parser
+from hsedit.edit.validate import CHECKED_SUFFIXES, parser, python_scopes
 
 
 @dataclass(frozen=True)
@@ -1249,16 +1249,11 @@ def undefined_globals(text: str) -> dict[str, str] | None:
     the scope that first reads it (`top` for the module); None where that cannot be told: the
     file does not compile, or a star import brings names nobody can list."""
     import builtins
-    import symtable
-    import warnings
 
     if _STAR_IMPORT.search(text):
         return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            top = symtable.symtable(text, "<hsedit>", "exec")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    top, _ = python_scopes(text)
+    if top is None:
         return None
     bound, read = set(dir(builtins)), {}
     tables = [top]

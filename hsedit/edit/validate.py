@@ -5,6 +5,7 @@ Python refuses to import is as broken as one with an unbalanced bracket."""
 
 from __future__ import annotations
 
+import symtable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -48,7 +49,7 @@ def validate(path: str | Path, text: str, original: str) -> Validation:
         kind = f"missing {problem.type}" if problem.is_missing else "syntax error"
         return Validation(language, False, f"{kind} at line {line + 1}, column {column + 1}")
     if language == "python" and _python_reads(original):
-        error = _python_error(text)
+        error = python_scopes(text)[1]
         if error is not None:
             return Validation(language, False, error)
     return Validation(language, True)
@@ -58,27 +59,27 @@ def validate(path: str | Path, text: str, original: str) -> Validation:
 def _python_reads(original: str) -> bool:
     """Whether this Python parses `original`: asked once per file, however many answers for it
     are validated (a region's every attempt is)."""
-    return _python_error(original) is None
+    return python_scopes(original)[1] is None
 
 
-def _python_error(text: str) -> str | None:
-    """What this Python's parser and its scope analysis say is wrong with `text` (None: nothing):
-    a duplicate parameter or a `nonlocal` with nothing to bind parses, yet Python refuses to
-    import the file. Never compiled to code or run; its warnings (invalid escapes) are not the
-    user's business here."""
-    import symtable
+@lru_cache(maxsize=8)  # an answer is validated, then checked for the names it reads: one analysis
+def python_scopes(text: str) -> tuple[symtable.SymbolTable | None, str | None]:
+    """(Python's symbol table of `text`, None) where its parser and scope analysis accept it,
+    else (None, what they say is wrong: a duplicate parameter or a `nonlocal` with nothing to
+    bind parses, yet Python refuses to import the file), or (None, None) where this Python cannot
+    tell (a null byte, nesting too deep: tree-sitter's word stands). Never compiled to code or
+    run; its warnings (invalid escapes) are not the user's business here."""
     import warnings
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            symtable.symtable(text, "<hsedit>", "exec")
+            return symtable.symtable(text, "<hsedit>", "exec"), None
     except SyntaxError as error:
         kind = "indentation error" if isinstance(error, IndentationError) else "syntax error"
-        return f"{kind} at line {error.lineno}: {error.msg}"
+        return None, f"{kind} at line {error.lineno}: {error.msg}"
     except (ValueError, RecursionError, MemoryError):
-        return None  # a null byte, or nesting too deep for this parser: tree-sitter's word stands
-    return None
+        return None, None
 
 
 def _first_problem(node):
