@@ -195,6 +195,10 @@ def test_wrong_turns_are_the_originals_token_where_the_edit_departs_and_the_fenc
     real_end = answer.index(fence)
     assert {k for k, token in turns.items() if token == fence} == set(starts) - {real_end} - set(departures)
     assert tokenizer.decode(answer[:real_end]).count("\n") == after.count("\n")
+    # The one fence the answer must write can outweigh them: its own tokens, and no others.
+    _, _, weights = encode_weighted(tokenizer, example, end_weight=6.0)
+    heavy = [k - start for k, weight in enumerate(weights) if weight == 6.0]
+    assert heavy == [real_end] and answer[real_end] == fence
     # An answer that is the original itself departs nowhere.
     same = Example("set_constant", "a.py", "leave it", before, before, None, "train", "region")
     ids, labels, _ = encode_weighted(tokenizer, same)

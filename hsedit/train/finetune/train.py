@@ -69,6 +69,10 @@ class TrainConfig:
     # how an answer comes back unchanged), and at each line start of the answer the closing fence
     # (an answer cut after its first lines). 0: plain cross-entropy.
     wrong_turn_weight: float = 0.0
+    # The loss weight of the answer's own closing fence. The wrong turns push the fence down at
+    # every other line start, many times an answer; this is the one place it must be written, and
+    # an answer that misses it runs on until it is cut off.
+    end_weight: float = 1.0
 
 
 FLOOR = 0.1  # share of the peak learning rate a budgeted schedule ends at
@@ -81,10 +85,11 @@ def encode_example(tokenizer, example: Example) -> tuple[list[int], list[int]]:
     return ids, labels
 
 
-def encode_weighted(tokenizer, example: Example, changed_weight: float = 1.0) -> tuple[list[int], list[int], list[float]]:
+def encode_weighted(tokenizer, example: Example, changed_weight: float = 1.0,
+                    end_weight: float = 1.0) -> tuple[list[int], list[int], list[float]]:
     """(input ids, labels, loss weights): the prompt masked out (-100, weight 0); the answer's
     tokens that overlap a line the edit changed, and the RESUME_TOKENS after each such run,
-    weighted `changed_weight`, the others 1."""
+    weighted `changed_weight`; the tokens of the closing fence `end_weight`; the others 1."""
     prompt = ApplyPrompt.build(example.path, example.before, example.instruction, example.update)
     prompt_ids = tokenizer.encode(prompt.render(tokenizer))
     # Tokenised apart, as at inference, where the prompt is encoded alone and the model continues.
@@ -100,6 +105,11 @@ def encode_weighted(tokenizer, example: Example, changed_weight: float = 1.0) ->
                 weights[k], since_change = changed_weight, 0
             elif since_change < RESUME_TOKENS:
                 weights[k], since_change = changed_weight, since_change + 1
+    if end_weight != 1.0:
+        fence_start = len(completion_for(example.after)) - len(CLOSING_FENCE)
+        for k, (a, b) in enumerate(encoded["offset_mapping"]):
+            if a < fence_start + len(CLOSING_FENCE) and fence_start < b:
+                weights[k] = end_weight
     return prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids, [0.0] * len(prompt_ids) + weights
 
 
@@ -173,7 +183,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     model = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=torch.float32)
     data_id = _file_sha256(config.data) + f":{config.max_tokens}" + (
         f":w{config.changed_weight:g}" if config.changed_weight != 1.0 else "") + (
-        f":t{config.wrong_turn_weight:g}" if config.wrong_turn_weight else "")
+        f":t{config.wrong_turn_weight:g}" if config.wrong_turn_weight else "") + (
+        f":e{config.end_weight:g}" if config.end_weight != 1.0 else "")
     resumed = load_state(config.checkpoint, data_id, "the same --data and --max-tokens")
     if resumed is not None:
         model = PeftModel.from_pretrained(model, str(Path(config.checkpoint) / "adapter"), is_trainable=True)
@@ -195,7 +206,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     examples = load(config.data, split="train")
     encoded = []  # (ids, labels, weights, wrong turns) of each example that fits
     for example in examples:
-        ids, labels, weights = encode_weighted(tokenizer, example, config.changed_weight)
+        ids, labels, weights = encode_weighted(tokenizer, example, config.changed_weight, config.end_weight)
         if len(ids) > config.max_tokens:
             continue
         turns = []
