@@ -93,7 +93,8 @@ def encode_weighted(tokenizer, example: Example, changed_weight: float = 1.0,
     prompt = ApplyPrompt.build(example.path, example.before, example.instruction, example.update)
     prompt_ids = tokenizer.encode(prompt.render(tokenizer))
     # Tokenised apart, as at inference, where the prompt is encoded alone and the model continues.
-    answer = completion_for(example.after) + END_OF_TURN
+    completion = completion_for(example.after)
+    answer = completion + END_OF_TURN
     encoded = tokenizer(answer, add_special_tokens=False, return_offsets_mapping=True)
     answer_ids = list(encoded["input_ids"])
     weights = [1.0] * len(answer_ids)
@@ -106,9 +107,9 @@ def encode_weighted(tokenizer, example: Example, changed_weight: float = 1.0,
             elif since_change < RESUME_TOKENS:
                 weights[k], since_change = changed_weight, since_change + 1
     if end_weight != 1.0:
-        fence_start = len(completion_for(example.after)) - len(CLOSING_FENCE)
+        fence_start, fence_end = len(completion) - len(CLOSING_FENCE), len(completion)
         for k, (a, b) in enumerate(encoded["offset_mapping"]):
-            if a < fence_start + len(CLOSING_FENCE) and fence_start < b:
+            if a < fence_end and fence_start < b:
                 weights[k] = end_weight
     return prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids, [0.0] * len(prompt_ids) + weights
 
