@@ -205,6 +205,36 @@ def test_wrong_turns_are_the_originals_token_where_the_edit_departs_and_the_fenc
     assert set(dict(wrong_turns(tokenizer, same, ids[labels.count(-100):])).values()) == {fence}
 
 
+def test_an_insertions_departure_can_be_left_out_of_the_wrong_turns():
+    from transformers import AutoTokenizer
+
+    from hsedit.engine.provision import resolve_model
+    from hsedit.train.finetune.dataset import Example
+    from hsedit.train.finetune.train import encode_weighted, wrong_turns
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("embedded-base"))
+    before = "def scale(x, factor):\n    return x * factor\n\n\nTOTAL = scale(3, 2)\n"
+    # A parameter added (two pure insertions) and a constant renamed (a replacement).
+    after = ("def scale(x, factor, offset=0):\n    return x * factor\n\n\n"
+             "SUM = scale(3, 2, offset=0)\n")
+    example = Example("add_parameter", "a.py", "add offset", before, after, None, "train", "region")
+    ids, labels, _ = encode_weighted(tokenizer, example)
+    answer = ids[labels.count(-100):]
+    fence = tokenizer("\n```", add_special_tokens=False)["input_ids"][-1]
+
+    def departures(insertions):
+        turns = wrong_turns(tokenizer, example, answer, insertions)
+        return {k: tokenizer.decode([token]) for k, token in turns if token != fence}
+
+    every, without = departures(True), departures(False)
+    # The inserted parameter's departures push down the original's closing parenthesis...
+    closing = {k: text for k, text in every.items() if text.startswith(")")}
+    assert len(closing) == 2 and all(tokenizer.decode(answer[k:k + 2]).startswith(",") for k in closing)
+    # ...which is written right after the insertion: left out, only the rename's departure stays.
+    assert set(without) == set(every) - set(closing) and len(without) == 1
+    assert tokenizer.decode(answer[next(iter(without)):]).startswith("SUM")
+
+
 def test_a_wrong_turn_adds_its_unlikelihood_weighed_as_answer_tokens():
     from hsedit.train.finetune.train import weighted_loss
 

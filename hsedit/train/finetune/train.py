@@ -73,6 +73,10 @@ class TrainConfig:
     # every other line start, many times an answer; this is the one place it must be written, and
     # an answer that misses it runs on until it is cut off.
     end_weight: float = 1.0
+    # Whether a pure insertion's departure is a wrong turn too. There the original's next token
+    # (a signature's `)` after its last parameter) is the token the answer writes right after the
+    # inserted text, and one the file writes in the same context everywhere else.
+    insertion_turns: bool = True
 
 
 FLOOR = 0.1  # share of the peak learning rate a budgeted schedule ends at
@@ -114,17 +118,21 @@ def encode_weighted(tokenizer, example: Example, changed_weight: float = 1.0,
     return prompt_ids + answer_ids, [-100] * len(prompt_ids) + answer_ids, [0.0] * len(prompt_ids) + weights
 
 
-def wrong_turns(tokenizer, example: Example, answer_ids: list[int]) -> list[tuple[int, int]]:
+def wrong_turns(tokenizer, example: Example, answer_ids: list[int],
+                insertions: bool = True) -> list[tuple[int, int]]:
     """(answer position, token) pairs: the tokens an answer must not write where it has an easy
     way out. Where the edit departs from the original (its answer tokenised as the original
-    would be, aligned token by token), the original's own next token; at every other line start
-    of the answer, the closing fence."""
+    would be, aligned token by token), the original's own next token (not where the answer only
+    inserts tokens, unless `insertions`); at every other line start of the answer, the closing
+    fence."""
     import difflib
 
     original = tokenizer(completion_for(example.before) + END_OF_TURN, add_special_tokens=False)["input_ids"]
     turns: dict[int, int] = {}
     matcher = difflib.SequenceMatcher(a=original, b=answer_ids, autojunk=False)
     for tag, i1, _i2, j1, _j2 in matcher.get_opcodes():
+        if tag == "insert" and not insertions:
+            continue
         if tag != "equal" and i1 < len(original) and j1 < len(answer_ids) and original[i1] != answer_ids[j1]:
             turns[j1] = original[i1]
     fence = tokenizer("\n" + CLOSING_FENCE, add_special_tokens=False)["input_ids"][-1]
@@ -185,7 +193,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     data_id = _file_sha256(config.data) + f":{config.max_tokens}" + (
         f":w{config.changed_weight:g}" if config.changed_weight != 1.0 else "") + (
         f":t{config.wrong_turn_weight:g}" if config.wrong_turn_weight else "") + (
-        f":e{config.end_weight:g}" if config.end_weight != 1.0 else "")
+        f":e{config.end_weight:g}" if config.end_weight != 1.0 else "") + (
+        ":ni" if config.wrong_turn_weight and not config.insertion_turns else "")
     resumed = load_state(config.checkpoint, data_id, "the same --data and --max-tokens")
     if resumed is not None:
         model = PeftModel.from_pretrained(model, str(Path(config.checkpoint) / "adapter"), is_trainable=True)
@@ -213,7 +222,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         turns = []
         if config.wrong_turn_weight:
             start = labels.count(-100)  # the prompt's length
-            turns = [(start + k, token) for k, token in wrong_turns(tokenizer, example, ids[start:])]
+            turns = [(start + k, token) for k, token in wrong_turns(tokenizer, example, ids[start:], config.insertion_turns)]
         encoded.append((ids, labels, weights, turns))
     rng = random.Random(config.seed)
     order = []
