@@ -18,6 +18,7 @@ from hsedit.drafting.copy_acceptance import (
     fit_model,
     labelled_positions,
     map_offset,
+    position_features,
 )
 from hsedit.drafting.hybrid import (
     HybridSelector,
@@ -357,6 +358,22 @@ def test_a_requests_copy_estimates_follow_what_its_verification_shows():
     assert all(a < b for a, b in zip(model.survival(f, 12, cut.value), base))
     nothing = RequestOffset(prior=0.5)
     assert nothing.observe(model, VerifiedChain(f, drafted=0, accepted=0)) == 0.5  # nothing verified, nothing learnt
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 200), st.booleans(), st.integers(0, 20), st.integers(0, 20),
+       st.lists(st.floats(-2, 2), min_size=6, max_size=6))
+def test_the_closed_form_logits_are_the_design_rows_times_the_coefficients(match, agree, drafted, accepted, coefficients):
+    model = CopyAcceptanceModel(tuple(coefficients))
+    f = CopyFeatures(match_len=match, num_candidates=2, candidates_agree=agree, source_distance=50)
+    expected = position_features(f, drafted) @ np.asarray(coefficients)
+    assert np.allclose(model.logits(f, drafted), expected, atol=1e-9)
+    # A request's offset learns from them as from the labelled design rows.
+    chain = VerifiedChain(f, drafted, min(accepted, drafted))
+    rows, labels, _ = labelled_positions([chain])
+    by_rows = RequestOffset(prior=0.2)
+    by_rows.observe_logits(rows @ np.asarray(coefficients), labels)
+    assert RequestOffset(prior=0.2).observe(model, chain) == pytest.approx(by_rows.value, abs=1e-9)
 
 
 def test_the_offset_is_the_minimum_of_its_penalised_log_loss():

@@ -86,10 +86,20 @@ class CopyAcceptanceModel:
     # the first step on, before its own offset has seen a chain (fit on edits by `hsedit calibrate`).
     reference_offset: float = 0.0
 
+    def logits(self, features: CopyFeatures, length: int) -> np.ndarray:
+        """[length] the logits of p_k for positions 1..length (`position_features` times the
+        coefficients, in closed form: this runs between the target's steps)."""
+        bias, log_match, agree, log1p_extent, position, first = self.coefficients
+        base = (bias + log_match * math.log(min(features.match_len, MATCH_CAP))
+                + agree * float(features.candidates_agree) + log1p_extent * math.log1p(features.match_len))
+        z = base + position * np.arange(length, dtype=float)
+        if length:
+            z[0] += first
+        return z
+
     def conditional(self, features: CopyFeatures, length: int, offset: float = 0.0) -> np.ndarray:
         """[length] p_k for positions 1..length; `offset` shifts the logit (a request's `RequestOffset`)."""
-        z = position_features(features, length) @ np.asarray(self.coefficients) + offset
-        return 1.0 / (1.0 + np.exp(-z))
+        return 1.0 / (1.0 + np.exp(-(self.logits(features, length) + offset)))
 
     def survival(self, features: CopyFeatures, length: int, offset: float = 0.0) -> list[float]:
         return np.cumprod(self.conditional(features, length, offset)).tolist()
@@ -138,8 +148,11 @@ class RequestOffset:
 
     def observe(self, model: CopyAcceptanceModel, chain: VerifiedChain) -> float:
         """Add one verified chain's judged positions and refit; returns the new offset."""
-        rows, labels, _ = labelled_positions([chain])
-        return self.observe_logits(rows @ np.asarray(model.coefficients), labels)
+        judged = min(chain.accepted + 1, chain.drafted)  # as `labelled_positions` judges them
+        if judged <= 0:
+            return self.value
+        labels = (np.arange(judged) < chain.accepted).astype(float)
+        return self.observe_logits(model.logits(chain.features, judged), labels)
 
     def observe_logits(self, logits: np.ndarray, labels: np.ndarray) -> float:
         """Add judged positions as the model's logits [n] and outcomes [n] (1 kept, 0 not), refit."""

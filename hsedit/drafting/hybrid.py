@@ -57,16 +57,17 @@ def price(
     max_k = min(len(ordered), len(step_seconds) - 2 - num_requests)
     if max_k < 0:  # not even one more token fits in a step
         return Price(float("inf"), 0)
-    gained = torch.cat([ordered.new_zeros(1), torch.cumsum(ordered[:max_k], 0)])  # [max_k + 1] S_K
-    k = torch.arange(max_k + 1)
-    times = step_seconds[num_requests + k] + draft_seconds  # [max_k + 1] T(R + K) + D
-    goodput = (num_requests + gained) / times
+    gained = torch.nn.functional.pad(torch.cumsum(ordered[:max_k], 0), (1, 0))  # [max_k + 1] S_K
+    times = step_seconds[num_requests : num_requests + max_k + 2] + draft_seconds  # [max_k + 2] T(R + K) + D
+    goodput = (num_requests + gained) / times[: max_k + 1]
     best = int(torch.argmax(goodput))  # first maximum: the smallest K that earns it
+    # Read out once: between the target's steps each tensor op costs tens of microseconds.
+    theta, t = goodput.tolist(), times.tolist()
     if best == 0:  # what the first slot would have to earn
-        per_token = float(goodput[0]) * float(step_seconds[num_requests + 1] - step_seconds[num_requests])
+        per_token = theta[0] * (t[1] - t[0])
     else:  # the break-even of the last admitted slot: every admitted slot clears it
-        per_token = float(goodput[best - 1]) * float(times[best] - times[best - 1])
-    return Price(per_token, best, float(goodput[best]))
+        per_token = theta[best - 1] * (t[best] - t[best - 1])
+    return Price(per_token, best, theta[best])
 
 
 def utility(survival: torch.Tensor, lam: float) -> torch.Tensor:

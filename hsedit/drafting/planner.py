@@ -48,7 +48,9 @@ class RowView:
 # estimate and offset learn from a chain of its own (nothing else could show that the drafter
 # pays again, and no history of other requests can lock it out). The back-off is PROBE_EVERY
 # after a chain the target kept from and doubles after each chain of which it kept nothing (up
-# to MAX_MODEL_WAIT). On text the drafter does not know a request so tries ~log2(steps) times;
+# to MAX_MODEL_WAIT); a new request waits PROBE_EVERY before its first probe, as after a kept
+# chain (the plan runs the drafter from its first step where the estimates say it pays). On
+# text the drafter does not know a request so tries ~log2(steps / PROBE_EVERY) times;
 # a drift of its estimate towards the batch's mean retried every few steps (seen: a pass on 25%
 # of chat steps, ~4 ms each on a 23 ms step, keeping nearly nothing).
 PROBE_EVERY = 8
@@ -80,7 +82,7 @@ class _RequestState:
     # confidences): at temperature 0 the tokens the target emits next are what it would have
     # kept of any chain, so every chain it drafts is judged, not only those the selector chose.
     model_proposed: tuple[list[int], np.ndarray] | None = None
-    model_wait: int = 0  # steps it may be skipped before it is probed (PROBE_EVERY, MAX_MODEL_WAIT)
+    model_wait: int = PROBE_EVERY  # steps it may be skipped before it is probed (PROBE_EVERY, MAX_MODEL_WAIT)
     model_idle: int = 0  # steps since its last DSpark pass
     copying: bool = False  # it had a copy chain last step (a suffix match, not a resync guess)
     alignment: Alignment = field(default_factory=Alignment)  # where the output stands in what it copies
