@@ -280,7 +280,7 @@ def test_failed_resync_guesses_are_learnt_apart_from_the_copies():
     assert state.copy_offset.value >= 0.0
 
 
-def _dspark_passes(keeps: bool, steps: int = 80) -> int:
+def _dspark_passes(keeps: bool, steps: int = 80, pass_seconds: float = 0.001, **drafter) -> int:
     """DSpark passes a hybrid planner runs for one request over `steps` steps of text it cannot
     copy, when the target keeps every DSpark chain (`keeps`) or none."""
     import torch
@@ -295,8 +295,8 @@ def _dspark_passes(keeps: bool, steps: int = 80) -> int:
     selector = HybridSelector(max_batch_tokens=256)
     selector.record_draft_time = lambda count, seconds: None  # the profile decides, not this machine's load
     selector.set_costs([1, 16, 64], [0.030, 0.034, 0.050])
-    selector.set_draft_costs([1, 4], [0.001, 0.0016])
-    planner = DraftPlanner((COPY, DSPARK), model_drafter=ModelDrafter(random_drafter()), copy_acceptance=copy_acceptance,
+    selector.set_draft_costs([1, 4], [pass_seconds, 1.6 * pass_seconds])
+    planner = DraftPlanner((COPY, DSPARK), model_drafter=ModelDrafter(random_drafter(**drafter)), copy_acceptance=copy_acceptance,
                            selector=selector)
     size = planner.model_drafter.model.config.feature_size
     features = torch.randn(4 * steps + 8, size, generator=torch.Generator().manual_seed(0))
@@ -329,3 +329,14 @@ def test_dspark_backs_off_where_the_target_keeps_nothing_and_not_where_it_keeps_
     assert rejected <= 20, rejected
     assert rejected_without >= 2 * rejected, (rejected, rejected_without)
     assert kept >= 2 * rejected, (kept, rejected)
+
+
+def test_a_new_request_is_probed_only_after_the_back_off():
+    """A pass dearer than anything its chains could earn (its trainer's estimate known from the
+    start) is never planned, only probed: not in a request's first PROBE_EVERY steps, and ever
+    more rarely after each chain the target rejects."""
+    from hsedit.drafting.planner import PROBE_EVERY
+
+    known = {"expected_survival": (0.4, 0.2, 0.1)}
+    assert _dspark_passes(keeps=False, steps=PROBE_EVERY, pass_seconds=0.5, **known) == 0
+    assert 1 <= _dspark_passes(keeps=False, steps=80, pass_seconds=0.5, **known) <= 4
