@@ -91,9 +91,10 @@ class LiveEdit:
 def _exactness(cell) -> str:
     """`yes`: token-identical to plain decoding; `greedy`: some outputs differ, every token
     within the dtype's tolerance of the top choice; `sampled`: some sampled outputs differ (no
-    tolerance measured); `NO`: a drafter changed an answer."""
+    tolerance measured); `NO`: a token past the tolerance (with plain decoding's own worst gap on
+    those tasks, scored alike: the dtype's noise there)."""
     if cell.mismatches:
-        return f"NO ({len(cell.mismatches)})"
+        return f"NO ({len(cell.mismatches)}: {cell.worst_gap:.2f} nats, plain's own {cell.plain_worst_gap:.2f})"
     if cell.sampled_differs:
         return f"sampled ({cell.identical}/{cell.outputs} identical)"
     if cell.identical < cell.outputs:

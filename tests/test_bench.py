@@ -227,9 +227,11 @@ def test_outputs_are_identical_greedy_within_tolerance_or_changed():
     plain = [output("a", [5, 6]), output("b", [7, 8]), output("c", [9, 9])]
     drafted = [output("a", [5, 6]), output("b", [7, 4]), output("c", [9, 3])]
     cell = Cell("chat", 1, "hybrid")
-    judge_exactness(cell, drafted, plain, _ScoredEngine({(7, 4): [0.0, 0.2], (9, 3): [0.0, 6.5]}), tolerance=0.25)
+    scores = {(7, 4): [0.0, 0.2], (9, 3): [0.0, 6.5], (7, 8): [0.125, 0.0], (9, 9): [0.0, 0.0]}
+    judge_exactness(cell, drafted, plain, _ScoredEngine(scores), tolerance=0.25)
     assert (cell.outputs, cell.identical, cell.near_ties, cell.mismatches) == (3, 1, ["b"], ["c"])
     assert cell.worst_gap == 6.5
+    assert cell.plain_worst_gap == 0.125  # plain decoding's own answers where they differ, scored alike
     # sampled outputs have no greedy near ties: each difference from plain decoding, same seed, is listed
     sampled = Cell("chat", 1, "hybrid")
     judge_exactness(sampled, drafted, plain, _ScoredEngine({}), tolerance=None)

@@ -54,6 +54,10 @@ def judge_exactness(cell: Cell, outputs: Sequence[Output], plain_outputs: Sequen
         gaps = plain.greedy_gaps(prompt_ids, mine.generation.token_ids)
         worst = max(gaps, default=0.0)
         cell.worst_gap = max(cell.worst_gap, worst)
+        # Plain decoding's own answer, scored the same way: how far the scoring prefill itself
+        # stands from decoding on this task (the dtype's noise there, whatever the drafter).
+        own = max(plain.greedy_gaps(prompt_ids, theirs.generation.token_ids), default=0.0)
+        cell.plain_worst_gap = max(cell.plain_worst_gap, own)
         names = cell.near_ties if within_greedy_tolerance(worst, tolerance) else cell.mismatches
         if mine.task.name not in names:
             names.append(mine.task.name)

@@ -39,6 +39,7 @@ class Cell:
     identical: int = 0
     near_ties: list[str] = field(default_factory=list)
     worst_gap: float = 0.0  # nats below the top choice, over the outputs that differ
+    plain_worst_gap: float = 0.0  # the same for plain decoding's own answers to those tasks
     mismatches: list[str] = field(default_factory=list)
     sampled_differs: list[str] = field(default_factory=list)  # sampled outputs not identical (judge.py)
     skipped: str | None = None  # why the method could not run
@@ -198,6 +199,7 @@ class BenchReport:
                     "near_ties": c.near_ties,
                     "sampled_differs": c.sampled_differs,
                     "worst_gap_nats": _round(c.worst_gap),
+                    "plain_worst_gap_nats": _round(c.plain_worst_gap),
                     "mismatches": c.mismatches,
                     "output_sha256": c.output_sha256,
                 }
