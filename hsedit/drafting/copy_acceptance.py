@@ -58,19 +58,23 @@ class VerifiedChain:
     accepted: int
 
 
+def judged_labels(chain: VerifiedChain) -> np.ndarray:
+    """[judged] outcomes of a chain's positions 1, 2, ...: position k is judged only if it was
+    verified, that is k <= accepted + 1 and k <= drafted; it is a success (1) if k <= accepted."""
+    judged = max(0, min(chain.accepted + 1, chain.drafted))
+    return (np.arange(judged) < chain.accepted).astype(float)
+
+
 def labelled_positions(chains: Iterable[VerifiedChain]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(design rows, labels, chain index): position k is judged only if it was verified, that is
-    k <= accepted + 1 and k <= drafted; it is a success if k <= accepted."""
+    """(design rows, labels, chain index) of every judged position (`judged_labels`)."""
     rows, labels, owner = [], [], []
     for i, chain in enumerate(chains):
-        judged = min(chain.accepted + 1, chain.drafted)
-        if judged <= 0:
+        y = judged_labels(chain)
+        if not len(y):
             continue
-        rows.append(position_features(chain.features, judged))
-        y = np.zeros(judged)
-        y[: min(chain.accepted, judged)] = 1.0
+        rows.append(position_features(chain.features, len(y)))
         labels.append(y)
-        owner.append(np.full(judged, i))
+        owner.append(np.full(len(y), i))
     if not rows:
         return np.empty((0, len(FEATURE_NAMES))), np.empty(0), np.empty(0, dtype=int)
     return np.concatenate(rows), np.concatenate(labels), np.concatenate(owner)
@@ -148,11 +152,8 @@ class RequestOffset:
 
     def observe(self, model: CopyAcceptanceModel, chain: VerifiedChain) -> float:
         """Add one verified chain's judged positions and refit; returns the new offset."""
-        judged = min(chain.accepted + 1, chain.drafted)  # as `labelled_positions` judges them
-        if judged <= 0:
-            return self.value
-        labels = (np.arange(judged) < chain.accepted).astype(float)
-        return self.observe_logits(model.logits(chain.features, judged), labels)
+        labels = judged_labels(chain)
+        return self.observe_logits(model.logits(chain.features, len(labels)), labels)
 
     def observe_logits(self, logits: np.ndarray, labels: np.ndarray) -> float:
         """Add judged positions as the model's logits [n] and outcomes [n] (1 kept, 0 not), refit."""
