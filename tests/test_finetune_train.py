@@ -182,7 +182,7 @@ def test_wrong_turns_are_the_originals_token_where_the_edit_departs_and_the_fenc
     ids, labels, _ = encode_weighted(tokenizer, example)
     start = labels.count(-100)
     answer = ids[start:]
-    turns = dict(wrong_turns(tokenizer, example, answer))
+    turns = {k: token for k, token, _ in wrong_turns(tokenizer, example, answer)}
     fence = tokenizer("\n```", add_special_tokens=False)["input_ids"][-1]
     departures = {k: token for k, token in turns.items() if token != fence}
     # Two departures, one a use: at each, the answer writes the new name and copying would write the old.
@@ -202,10 +202,10 @@ def test_wrong_turns_are_the_originals_token_where_the_edit_departs_and_the_fenc
     # An answer that is the original itself departs nowhere.
     same = Example("set_constant", "a.py", "leave it", before, before, None, "train", "region")
     ids, labels, _ = encode_weighted(tokenizer, same)
-    assert set(dict(wrong_turns(tokenizer, same, ids[labels.count(-100):])).values()) == {fence}
+    assert {token for _, token, _ in wrong_turns(tokenizer, same, ids[labels.count(-100):])} == {fence}
 
 
-def test_an_insertions_departure_can_be_left_out_of_the_wrong_turns():
+def test_an_insertions_departure_weighs_its_share_of_a_wrong_turn():
     from transformers import AutoTokenizer
 
     from hsedit.engine.provision import resolve_model
@@ -222,16 +222,19 @@ def test_an_insertions_departure_can_be_left_out_of_the_wrong_turns():
     answer = ids[labels.count(-100):]
     fence = tokenizer("\n```", add_special_tokens=False)["input_ids"][-1]
 
-    def departures(insertions):
-        turns = wrong_turns(tokenizer, example, answer, insertions)
-        return {k: tokenizer.decode([token]) for k, token in turns if token != fence}
+    def departures(share):
+        turns = wrong_turns(tokenizer, example, answer, share)
+        return {k: (tokenizer.decode([token]), s) for k, token, s in turns if token != fence}
 
-    every, without = departures(True), departures(False)
+    every, quarter, without = departures(1.0), departures(0.25), departures(0.0)
     # The inserted parameter's departures push down the original's closing parenthesis...
-    closing = {k: text for k, text in every.items() if text.startswith(")")}
+    closing = {k for k, (text, _) in every.items() if text.startswith(")")}
     assert len(closing) == 2 and all(tokenizer.decode(answer[k:k + 2]).startswith(",") for k in closing)
-    # ...which is written right after the insertion: left out, only the rename's departure stays.
-    assert set(without) == set(every) - set(closing) and len(without) == 1
+    # ...which is written right after the insertion: at a share they weigh that share, at 0 they
+    # are left out, and the rename's departure weighs a whole wrong turn throughout.
+    assert set(quarter) == set(every) and {k: s for k, (_, s) in quarter.items()} == {
+        k: 0.25 if k in closing else 1.0 for k in every}
+    assert set(without) == set(every) - closing and len(without) == 1
     assert tokenizer.decode(answer[next(iter(without)):]).startswith("SUM")
 
 
@@ -243,17 +246,20 @@ def test_a_wrong_turn_adds_its_unlikelihood_weighed_as_answer_tokens():
     labels = torch.tensor([-100, -100, 3, 5, 7, 2])
     weights = torch.tensor([0.0, 0.0, 1.0, 2.0, 1.0, 1.0])
     plain = weighted_loss(logits, labels, weights)
-    assert torch.equal(weighted_loss(logits, labels, weights, [(4, 9)], 0.0), plain)
+    assert torch.equal(weighted_loss(logits, labels, weights, [(4, 9, 1.0)], 0.0), plain)
     ce = torch.nn.functional.cross_entropy(logits[:-1], labels[1:], ignore_index=-100, reduction="none")
     w = weights[1:] * (labels[1:] != -100)
     p_wrong = torch.softmax(logits[3], dim=-1)[9]  # the turn at position 4 is predicted at 3
     expected = ((ce * w).sum() + 3.0 * -torch.log(1 - p_wrong)) / (w.sum() + 3.0)
-    assert torch.allclose(weighted_loss(logits, labels, weights, [(4, 9)], 3.0), expected, atol=1e-6)
+    assert torch.allclose(weighted_loss(logits, labels, weights, [(4, 9, 1.0)], 3.0), expected, atol=1e-6)
+    # A turn's share scales its weight: half a turn at 3.0 weighs as a whole one at 1.5.
+    assert torch.allclose(weighted_loss(logits, labels, weights, [(4, 9, 0.5)], 3.0),
+                          weighted_loss(logits, labels, weights, [(4, 9, 1.0)], 1.5), atol=1e-6)
     # The likelier the wrong token, the larger the loss.
     pushed = logits.clone()
     pushed[3, 9] += 5.0
-    assert weighted_loss(pushed, labels, weights, [(4, 9)], 3.0) - weighted_loss(pushed, labels, weights) > \
-        weighted_loss(logits, labels, weights, [(4, 9)], 3.0) - plain
+    assert weighted_loss(pushed, labels, weights, [(4, 9, 1.0)], 3.0) - weighted_loss(pushed, labels, weights) > \
+        weighted_loss(logits, labels, weights, [(4, 9, 1.0)], 3.0) - plain
 
 
 def test_bf16_training_is_refused_where_the_machine_only_emulates_it(monkeypatch, tmp_path):

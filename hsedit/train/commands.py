@@ -76,7 +76,7 @@ def finetune_train(
     changed_weight: Annotated[float, typer.Option(help="Loss weight of the answer's tokens on changed lines (and the few after each change) against 1 for copied lines.", min=0.0)] = 1.0,
     wrong_turn_weight: Annotated[float, typer.Option(help="Loss weight (in answer tokens) of the unlikelihood of each wrong turn: the original's next token where the edit departs from it, the closing fence at a line start. 0: off.", min=0.0)] = 0.0,
     end_weight: Annotated[float, typer.Option(help="Loss weight of the answer's closing fence against 1 for the other tokens (with --wrong-turn-weight, which pushes the fence down at every other line start).", min=0.0)] = 1.0,
-    insertion_turns: Annotated[bool, typer.Option(help="With --wrong-turn-weight: where the answer only inserts tokens, count the original's next token (written right after the insertion) as a wrong turn too.")] = True,
+    insertion_turn_share: Annotated[float, typer.Option(help="With --wrong-turn-weight: where the answer only inserts tokens, the original's next token (written right after the insertion) weighs this share of a wrong turn (0: none).", min=0.0, max=1.0)] = 1.0,
     examples: Annotated[Optional[int], typer.Option(help="Stop (and save) after this many examples in this run: two runs on the same data and seed then see the same examples.", min=1)] = None,
 ) -> None:
     """LoRA fine-tune of the apply model (CPU or GPU: torch decides)."""
@@ -96,7 +96,7 @@ def finetune_train(
         max_tokens=max_tokens, init_adapter=str(init_adapter) if init_adapter else None, bf16=bf16,
         checkpoint=str(checkpoint) if checkpoint else None, budget_tokens=budget_tokens,
         changed_weight=changed_weight, wrong_turn_weight=wrong_turn_weight, end_weight=end_weight,
-        insertion_turns=insertion_turns, stop_after_examples=examples,
+        insertion_turn_share=insertion_turn_share, stop_after_examples=examples,
     )
     summary = train(config, log=typer.echo)
     typer.echo(json.dumps(summary))

@@ -73,10 +73,11 @@ class TrainConfig:
     # every other line start, many times an answer; this is the one place it must be written, and
     # an answer that misses it runs on until it is cut off.
     end_weight: float = 1.0
-    # Whether a pure insertion's departure is a wrong turn too. There the original's next token
-    # (a signature's `)` after its last parameter) is the token the answer writes right after the
-    # inserted text, and one the file writes in the same context everywhere else.
-    insertion_turns: bool = True
+    # A pure insertion's departure weighs this share of a wrong turn (0: none). There the
+    # original's next token (a signature's `)` after its last parameter) is the token the answer
+    # writes right after the inserted text, and one the file writes in the same context everywhere
+    # else: pushed down at full weight, answers learn to run on past the insertion.
+    insertion_turn_share: float = 1.0
 
 
 FLOOR = 0.1  # share of the peak learning rate a budgeted schedule ends at
@@ -119,29 +120,28 @@ def encode_weighted(tokenizer, example: Example, changed_weight: float = 1.0,
 
 
 def wrong_turns(tokenizer, example: Example, answer_ids: list[int],
-                insertions: bool = True) -> list[tuple[int, int]]:
-    """(answer position, token) pairs: the tokens an answer must not write where it has an easy
-    way out. Where the edit departs from the original (its answer tokenised as the original
-    would be, aligned token by token), the original's own next token (not where the answer only
-    inserts tokens, unless `insertions`); at every other line start of the answer, the closing
-    fence."""
+                insertion_share: float = 1.0) -> list[tuple[int, int, float]]:
+    """(answer position, token, share of a wrong turn's weight) triples: the tokens an answer must
+    not write where it has an easy way out. Where the edit departs from the original (its answer
+    tokenised as the original would be, aligned token by token), the original's own next token,
+    at `insertion_share` where the answer only inserts tokens (none at 0); at every other line
+    start of the answer, the closing fence."""
     import difflib
 
     original = tokenizer(completion_for(example.before) + END_OF_TURN, add_special_tokens=False)["input_ids"]
-    turns: dict[int, int] = {}
+    turns: dict[int, tuple[int, float]] = {}
     matcher = difflib.SequenceMatcher(a=original, b=answer_ids, autojunk=False)
     for tag, i1, _i2, j1, _j2 in matcher.get_opcodes():
-        if tag == "insert" and not insertions:
-            continue
-        if tag != "equal" and i1 < len(original) and j1 < len(answer_ids) and original[i1] != answer_ids[j1]:
-            turns[j1] = original[i1]
+        share = insertion_share if tag == "insert" else 1.0
+        if tag != "equal" and share and i1 < len(original) and j1 < len(answer_ids) and original[i1] != answer_ids[j1]:
+            turns[j1] = (original[i1], share)
     fence = tokenizer("\n" + CLOSING_FENCE, add_special_tokens=False)["input_ids"][-1]
     if tokenizer.decode([fence]) == CLOSING_FENCE:
         ends_line = {token: tokenizer.decode([token]).endswith("\n") for token in set(answer_ids)}
         for k in range(len(answer_ids)):  # the answer itself starts a line (the prompt ends the fence's)
             if (k == 0 or ends_line[answer_ids[k - 1]]) and answer_ids[k] != fence:
-                turns.setdefault(k, fence)
-    return sorted(turns.items())
+                turns.setdefault(k, (fence, 1.0))
+    return [(k, token, share) for k, (token, share) in sorted(turns.items())]
 
 
 def changed_spans(before: str, after: str) -> list[tuple[int, int]]:
@@ -194,7 +194,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         f":w{config.changed_weight:g}" if config.changed_weight != 1.0 else "") + (
         f":t{config.wrong_turn_weight:g}" if config.wrong_turn_weight else "") + (
         f":e{config.end_weight:g}" if config.end_weight != 1.0 else "") + (
-        ":ni" if config.wrong_turn_weight and not config.insertion_turns else "")
+        f":i{config.insertion_turn_share:g}" if config.wrong_turn_weight and config.insertion_turn_share != 1.0 else "")
     resumed = load_state(config.checkpoint, data_id, "the same --data and --max-tokens")
     if resumed is not None:
         model = PeftModel.from_pretrained(model, str(Path(config.checkpoint) / "adapter"), is_trainable=True)
@@ -222,7 +222,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
         turns = []
         if config.wrong_turn_weight:
             start = labels.count(-100)  # the prompt's length
-            turns = [(start + k, token) for k, token in wrong_turns(tokenizer, example, ids[start:], config.insertion_turns)]
+            turns = [(start + k, token, share) for k, token, share in wrong_turns(tokenizer, example, ids[start:], config.insertion_turn_share)]
         encoded.append((ids, labels, weights, turns))
     rng = random.Random(config.seed)
     order = []
@@ -339,19 +339,20 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
 def weighted_loss(logits, labels, weights, turns=(), turn_weight: float = 0.0):
     """The next-token cross-entropy's weighted mean (position t predicts label t + 1); with every
     weight 1 on the answer it is the mean cross-entropy the model's own loss computes. Each wrong
-    turn (position in the sequence, token) adds -log(1 - p(token)) there, weighing `turn_weight`
-    answer tokens in the mean."""
+    turn (position in the sequence, token, share) adds -log(1 - p(token)) there, weighing
+    `turn_weight` x share answer tokens in the mean."""
     import torch
 
     losses = torch.nn.functional.cross_entropy(logits[:-1], labels[1:], ignore_index=-100, reduction="none")
     w = weights[1:] * (labels[1:] != -100)
     total, count = (losses * w).sum(), w.sum()
     if turns and turn_weight:
-        at = torch.tensor([position - 1 for position, _ in turns], device=logits.device)  # [turns]
-        wrong = torch.tensor([token for _, token in turns], device=logits.device)  # [turns]
+        at = torch.tensor([position - 1 for position, _, _ in turns], device=logits.device)  # [turns]
+        wrong = torch.tensor([token for _, token, _ in turns], device=logits.device)  # [turns]
+        share = torch.tensor([share for _, _, share in turns], device=logits.device)  # [turns]
         p_wrong = torch.log_softmax(logits[at], dim=-1).gather(1, wrong[:, None])[:, 0].exp()
-        total = total + turn_weight * -torch.log1p(-p_wrong.clamp(max=1 - 1e-6)).sum()
-        count = count + turn_weight * len(turns)
+        total = total + turn_weight * (share * -torch.log1p(-p_wrong.clamp(max=1 - 1e-6))).sum()
+        count = count + turn_weight * share.sum()
     return total / count.clamp(min=1e-6)
 
 
