@@ -280,9 +280,11 @@ def test_failed_resync_guesses_are_learnt_apart_from_the_copies():
     assert state.copy_offset.value >= 0.0
 
 
-def _dspark_passes(keeps: bool, steps: int = 80, pass_seconds: float = 0.001, **drafter) -> int:
+def _dspark_passes(keeps: bool, steps: int = 80, pass_seconds: float = 0.001, prompt_tokens: int = 3,
+                   row_seconds: float | None = None, **drafter) -> int:
     """DSpark passes a hybrid planner runs for one request over `steps` steps of text it cannot
-    copy, when the target keeps every DSpark chain (`keeps`) or none."""
+    copy (after a prompt of `prompt_tokens`), when the target keeps every DSpark chain (`keeps`)
+    or none; `row_seconds`: the drafter's profiled cost of projecting a feature row."""
     import torch
 
     from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
@@ -298,14 +300,16 @@ def _dspark_passes(keeps: bool, steps: int = 80, pass_seconds: float = 0.001, **
     selector.set_draft_costs([1, 4], [pass_seconds, 1.6 * pass_seconds])
     planner = DraftPlanner((COPY, DSPARK), model_drafter=ModelDrafter(random_drafter(**drafter)), copy_acceptance=copy_acceptance,
                            selector=selector)
+    planner.model_drafter.row_seconds = row_seconds
     size = planner.model_drafter.model.config.feature_size
-    features = torch.randn(4 * steps + 8, size, generator=torch.Generator().manual_seed(0))
+    features = torch.randn(prompt_tokens + 4 * steps + 8, size, generator=torch.Generator().manual_seed(0))
     vocab = planner.model_drafter.model.config.vocab_size
     rng = np.random.default_rng(0)
     # Random tokens, each unlike the drafter's guess: a repeated three-token run (the copy
     # drafter's key) is rare among a few hundred, so there is next to nothing to copy.
-    fresh = (int(t) for t in rng.integers(0, vocab, size=10 * steps))
-    context, start, emitted = [1, 2, 3], 0, [3]
+    fresh = (int(t) for t in rng.integers(0, vocab, size=prompt_tokens + 10 * steps))
+    context = [next(fresh) for _ in range(prompt_tokens)]
+    start, emitted = 0, context[-1:]
     for _ in range(steps):
         rows = FeatureRows(features[start : len(context) - 1], start, len(context))
         (draft,) = planner.step([RowView("a", np.array(context), emitted, 7, rows)])
@@ -340,3 +344,25 @@ def test_a_new_request_is_probed_only_after_the_back_off():
     known = {"expected_survival": (0.4, 0.2, 0.1)}
     assert _dspark_passes(keeps=False, steps=PROBE_EVERY, pass_seconds=0.5, **known) == 0
     assert 1 <= _dspark_passes(keeps=False, steps=80, pass_seconds=0.5, **known) <= 4
+
+
+def test_a_request_is_probed_only_where_its_waiting_features_cost_no_more_than_a_pass():
+    """A probe projects every feature row the request has waiting before it drafts. With a
+    prompt whose rows would take twice a pass to project, the request is not probed in the
+    steps the back-off alone would allow; once PROJECT_EVERY rows have gathered and been
+    projected it is, so no request is locked out for good."""
+    from hsedit.drafting.model_drafter import PROJECT_EVERY
+    from hsedit.drafting.planner import PROBE_EVERY
+
+    known = {"expected_survival": (0.4, 0.2, 0.1)}
+    pass_seconds = 0.5
+    prompt_tokens = PROJECT_EVERY - 32
+    row_seconds = 2 * pass_seconds / prompt_tokens  # the prompt's rows cost two passes
+    steps_before_projection = 28  # a row a step until PROJECT_EVERY rows have gathered (~32 steps)
+    long = dict(keeps=False, pass_seconds=pass_seconds, prompt_tokens=prompt_tokens,
+                row_seconds=row_seconds, **known)
+    # The back-off alone would probe it within those steps.
+    assert _dspark_passes(steps=steps_before_projection, keeps=False, pass_seconds=pass_seconds,
+                          prompt_tokens=prompt_tokens, **known) >= 1
+    assert _dspark_passes(steps=steps_before_projection, **long) == 0
+    assert _dspark_passes(steps=steps_before_projection + 2 * PROBE_EVERY, **long) >= 1

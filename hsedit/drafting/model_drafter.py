@@ -61,6 +61,7 @@ class ModelDrafter:
         self._contexts: OrderedDict[str, _Context | None] = OrderedDict()  # None: lost features
         self._released: deque[_Context] = deque(maxlen=KEPT_AFTER_RELEASE)
         self.last_pass_seconds = 0.0  # the last draft pass alone (catching up on features excluded)
+        self.row_seconds: float | None = None  # projecting one waiting feature row, once timed
 
     def observe(self, batch: Sequence[tuple[str, FeatureRows]]) -> None:
         """Bring each request's context up to (not including) its anchor token. Every request
@@ -127,7 +128,11 @@ class ModelDrafter:
         model = self.model
         device = model.fc.weight.device
         cache = ContextCache()
-        model.extend_context(cache, torch.zeros(context, model.config.feature_size, device=device))
+        rows = torch.zeros(context, model.config.feature_size, device=device)
+        model.extend_context(cache, rows)  # also the warm-up of the projection timed next
+        started = time.perf_counter()
+        model.extend_context(ContextCache(), rows)
+        self.row_seconds = (time.perf_counter() - started) / context
 
         def seconds(n: int, repeats: int = 3) -> float:
             model.draft([cache] * n, [0] * n)  # warm-up
@@ -164,6 +169,11 @@ class ModelDrafter:
                 survival=block.survival[i, :n].tolist(),
             )
         return chains
+
+    def waiting_rows(self, req_id: str) -> int:
+        """Feature rows a pass for this request would first have to project."""
+        context = self._contexts.get(req_id)
+        return 0 if context is None else context.pending_rows
 
     def request_ids(self) -> set[str]:
         return set(self._contexts)

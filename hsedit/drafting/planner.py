@@ -281,10 +281,12 @@ class DraftPlanner:
                                                           [self._model_estimate(live[i][1]) for i in open_])
                 for i, plan in zip(open_, plans):
                     planned[i] = plan
-            # A probe only where DSpark could matter: while the request copies, its chains lose
-            # to the copy's anyway.
-            runs = [run and (plan or (not state.copying and state.model_idle > state.model_wait))
-                    for run, plan, (_, state) in zip(runs, planned, live)]
+            # A probe only where DSpark could matter (while the request copies, its chains lose
+            # to the copy's anyway) and where it costs about a pass: not while the request has
+            # more features waiting than a pass's time projects.
+            runs = [run and (plan or (not state.copying and state.model_idle > state.model_wait
+                                      and self._catch_up_affordable(row.req_id)))
+                    for run, plan, (row, state) in zip(runs, planned, live)]
             for (_, state), run in zip(live, runs):
                 if not run:
                     state.model_idle += 1
@@ -301,6 +303,17 @@ class DraftPlanner:
                 shift_model_chain(state, chains[row.req_id])
                 self._learn_model_estimate(state, chains[row.req_id])
         return chains
+
+    def _catch_up_affordable(self, req_id: str) -> bool:
+        """Whether projecting the request's waiting feature rows (a pass projects them first)
+        costs at most a pass for one request. On an edit that copies for hundreds of steps the
+        waiting rows reach the file's length, and a probe where the copy breaks cost 2-4 passes
+        in catch-up (seen: 590-2,586 rows, 7-28 ms, before a 4-8 ms pass); once the rows are
+        projected (every PROJECT_EVERY, or for a planned pass) the request can be probed again."""
+        row_seconds = self.model_drafter.row_seconds
+        if row_seconds is None or self.selector is None or self.selector.draft_seconds is None:
+            return True
+        return self.model_drafter.waiting_rows(req_id) * row_seconds <= self.selector.drafting_cost(1)
 
     def _model_estimate(self, state: _RequestState) -> list[float] | None:
         """What the request's next DSpark chain is expected to survive: its last one; what the
