@@ -293,6 +293,7 @@ def serve(
     socket_path: Annotated[Optional[Path], typer.Option("--socket", hidden=True, help="Listen on this Unix socket (the background engine).")] = None,
     daemon_key: Annotated[Optional[str], typer.Option(hidden=True)] = None,
     keep_alive: Annotated[Optional[float], typer.Option(hidden=True, help="With --socket: exit after this many idle seconds.")] = None,
+    twin_key: Annotated[Optional[str], typer.Option(hidden=True, help="With --socket, eager: the key of the compiled twin to start behind it.")] = None,
 ) -> None:
     """Serve one warm engine over HTTP: OpenAI chat completions (with Predicted Outputs), /v1/apply for hsedit's clients, /health, /metrics."""
     from hsedit.config import project_config
@@ -312,7 +313,7 @@ def serve(
     run_server(options, settings, host=host, port=port, on_ready=lambda url: err.print(
         f"hsedit: serving {settings.served_model} at {url} (engine ready in {time.perf_counter() - started:.1f} s; "
         "Ctrl-C or SIGTERM stops)", highlight=False, soft_wrap=True,
-    ), socket_path=socket_path, daemon_key=daemon_key, keep_alive_s=keep_alive)
+    ), socket_path=socket_path, daemon_key=daemon_key, keep_alive_s=keep_alive, twin_key=twin_key)
 
 
 register_training_commands(app)
@@ -372,20 +373,23 @@ def daemon_stop(
     dtype: DtypeOption = None,
     compile: Annotated[bool, typer.Option("--compile")] = False,
 ) -> None:
-    """Stop the background engine for these settings (as apply would resolve them), or all of them."""
+    """Stop the background engine for these settings (as apply would resolve them, and its compiled
+    twin), or all of them."""
     from hsedit.config import project_config
-    from hsedit.daemon import running_daemons, spec_for, stop
+    from hsedit.daemon import running_daemons, spec_for, stop, twin_spec
     from hsedit.engine.options import EngineOptions
 
     config = project_config()
-    key = None
+    keys = None
     if not all_:
         options = EngineOptions(model=config.resolve("model", model, None), drafter=config.drafter_or_default(drafter),
                                 compile=compile, dspark=dspark, dtype=config.dtype_or_default(dtype))
-        key = spec_for(options).key
+        spec = spec_for(options)
+        twin = twin_spec(spec)
+        keys = {spec.key} | ({twin.key} if twin is not None else set())
     stopped = 0
     for d in running_daemons():
-        if key is None or d.state["key"] == key:
+        if keys is None or d.state["key"] in keys:
             stopped += stop(d)
     typer.echo(f"stopped {stopped} background engine(s)" if stopped else "no matching background engine was running")
 

@@ -9,6 +9,7 @@
     dtype = "auto"                # as --dtype: auto (bf16 where the hardware has it), bfloat16, float32
     daemon = true                 # false: as --no-daemon, the engine starts in each command's own process
     keep_alive = 10               # minutes the background engine waits idle before it exits
+    compile_behind = true         # false: the background engine stays eager (no compiled twin)
     [tool.hsedit.instructions]    # the hooks: fnmatch pattern -> instruction; the first match applies
     "src/*.py" = "remove debug print statements"
 
@@ -71,10 +72,12 @@ def check_scope(scope: Any, where: str = "--scope") -> str:
         raise UsageError(f"{where} takes {', '.join(SCOPES)}, not {scope!r}")
     return scope
 
-KNOWN_KEYS = ("model", "drafter", "max_deletion", "server", "scope", "dtype", "daemon", "keep_alive", "instructions")
+KNOWN_KEYS = ("model", "drafter", "max_deletion", "server", "scope", "dtype", "daemon", "keep_alive",
+              "compile_behind", "instructions")
 ENVIRONMENT = {
     "model": "HSEDIT_MODEL", "drafter": "HSEDIT_DRAFTER", "server": "HSEDIT_SERVER", "scope": "HSEDIT_SCOPE",
     "dtype": "HSEDIT_DTYPE", "daemon": "HSEDIT_DAEMON", "keep_alive": "HSEDIT_KEEP_ALIVE",
+    "compile_behind": "HSEDIT_COMPILE_BEHIND",
 }
 API_KEY_VARIABLE = "HSEDIT_API_KEY"  # a server's key, for its clients and for `hsedit serve`
 
@@ -90,6 +93,7 @@ class ProjectConfig:
     dtype: str | None = None
     daemon: bool | None = None
     keep_alive: float | None = None  # minutes
+    compile_behind: bool | None = None
     source: Path | None = None  # the pyproject.toml it came from
 
     def resolve(self, name: str, flag: Any, default: Any) -> Any:
@@ -100,7 +104,7 @@ class ProjectConfig:
         if variable and os.environ.get(variable):
             value = os.environ[variable]
             checks = {"drafter": check_drafter, "scope": check_scope, "dtype": check_dtype,
-                      "daemon": check_switch, "keep_alive": check_minutes}
+                      "daemon": check_switch, "keep_alive": check_minutes, "compile_behind": check_switch}
             return checks[name](value, variable) if name in checks else value
         value = getattr(self, name)
         return default if value is None else value
@@ -111,6 +115,11 @@ class ProjectConfig:
     def daemon_or_default(self, flag: bool | None) -> bool:
         """Whether edits go to the warm background engine (flag, HSEDIT_DAEMON, [tool.hsedit] daemon)."""
         return bool(self.resolve("daemon", flag, True))
+
+    def compile_behind_or_default(self, flag: bool | None) -> bool:
+        """Whether the background engine, once idle, starts a compiled twin of itself and hands
+        over to it (hsedit/daemon.py)."""
+        return bool(self.resolve("compile_behind", flag, True))
 
     def keep_alive_or_default(self, flag: float | None) -> float:
         """Seconds the background engine stays up idle."""
@@ -189,8 +198,11 @@ def load_config(pyproject: Path | None) -> ProjectConfig:
     keep_alive = section.get("keep_alive")
     if keep_alive is not None:
         keep_alive = check_minutes(keep_alive, f"{where} keep_alive")
+    compile_behind = section.get("compile_behind")
+    if compile_behind is not None and not isinstance(compile_behind, bool):
+        raise UsageError(f"{where} compile_behind must be true or false, not {compile_behind!r}")
     return ProjectConfig(tuple(instructions.items()), model, drafter, max_deletion, server, scope, dtype, daemon,
-                         keep_alive, pyproject)
+                         keep_alive, compile_behind, pyproject)
 
 
 def hook_config(root: Path) -> ProjectConfig:

@@ -18,6 +18,14 @@ writes, never the server) and the client says so in one line (exit 10).
 
 Off with `--no-daemon`, `HSEDIT_DAEMON=0` or `daemon = false` in `[tool.hsedit]`: the engine
 then starts in-process, as it always could.
+
+Compiled behind: an eager engine starts in seconds, a compiled one takes a minute or more (three
+the first time) and then steps 1.4-2x cheaper. So the eager daemon, once it has been idle
+COMPILE_BEHIND_AFTER_IDLE_S, starts its compiled twin (the same settings, compiled) in the
+background at niceness 19 (it yields to the user's work while it compiles, and serves at full
+priority once ready); clients prefer the twin as soon as it answers, and the eager daemon exits
+once no client has asked it anything for HANDOVER_QUIET_S. A twin that fails to start leaves
+the eager daemon serving. Off with `compile_behind = false` or `HSEDIT_COMPILE_BEHIND=0`.
 """
 
 from __future__ import annotations
@@ -31,11 +39,12 @@ import socket
 import stat
 import subprocess
 import sys
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from hsedit.engine.options import EngineOptions
@@ -45,6 +54,11 @@ DAEMON_VARIABLE = "HSEDIT_DAEMON"
 KEEP_ALIVE_S = 600.0  # ten minutes idle, then it exits (Ollama keeps a model five)
 START_TIMEOUT_S = 900.0  # a first compiled start takes minutes
 WATCH_EVERY_S = 2.0
+# The user's edit is done and nothing follows at once: a compile started now competes with little.
+COMPILE_BEHIND_AFTER_IDLE_S = 10.0
+# Far longer than a client takes from finding a daemon ready to sending its request.
+HANDOVER_QUIET_S = 30.0
+TWIN_NICENESS = 19
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -122,26 +136,39 @@ def installation_identity(options: EngineOptions) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def spec_for(options: EngineOptions) -> DaemonSpec:
-    identity = {"settings": settings_of(options), "installation": installation_identity(options)}
+def spec_for(options: EngineOptions, installation: str | None = None) -> DaemonSpec:
+    installation = installation or installation_identity(options)
+    identity = {"settings": settings_of(options), "installation": installation}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     return DaemonSpec(options, key, runtime_dir())
 
 
+def twin_spec(spec: DaemonSpec, installation: str | None = None) -> DaemonSpec | None:
+    """The compiled twin of an eager daemon (None for a compiled one)."""
+    if spec.options.compile:
+        return None
+    return spec_for(replace(spec.options, compile=True), installation)
+
+
 # -- the client's side -----------------------------------------------------------------------
 def daemon_runner(options: EngineOptions, *, keep_alive_s: float = KEEP_ALIVE_S,
-                  on_start: Callable[[DaemonSpec], None] | None = None):
-    """A runner on the daemon for these options, started first if none runs (`on_start` is told)."""
+                  on_start: Callable[[DaemonSpec], None] | None = None, compile_behind: bool = True):
+    """A runner on the daemon for these options, started first if none runs (`on_start` is told);
+    its compiled twin where that answers (`compile_behind`)."""
     from hsedit.client import ServerClient, ServerRunner
 
-    spec = spec_for(options)
+    installation = installation_identity(options)
+    spec = spec_for(options, installation)
+    twin = twin_spec(spec, installation) if compile_behind else None
+    if twin is not None and _answers(ServerClient(twin.url), twin):
+        spec = twin
     client = ServerClient(spec.url)
     if not _answers(client, spec):
         with _locked(spec.lock):
             if not _answers(client, spec):  # nobody started it while we waited for the lock
                 if on_start is not None:
                     on_start(spec)
-                _wait_ready(spec, client, _start(spec, keep_alive_s))
+                _wait_ready(spec, client, _start(spec, keep_alive_s, twin_key=twin.key if twin else None))
     return ServerRunner(client, lost=f"the background engine stopped during the edit (its log: {spec.log})")
 
 
@@ -166,15 +193,18 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _start(spec: DaemonSpec, keep_alive_s: float) -> subprocess.Popen:
+def _start(spec: DaemonSpec, keep_alive_s: float, *, twin_key: str | None = None,
+           niceness: int = 0) -> subprocess.Popen:
     spec.socket.unlink(missing_ok=True)  # a stale socket: its daemon is gone
     options = spec.options
     command = [sys.executable, "-m", "hsedit.cli", "serve", "--socket", str(spec.socket), "--daemon-key", spec.key,
                "--keep-alive", str(keep_alive_s), "--drafter", options.drafter, "--dtype", options.dtype]
-    for flag, value in (("--model", options.model), ("--dspark", options.dspark)):
+    for flag, value in (("--model", options.model), ("--dspark", options.dspark), ("--twin-key", twin_key)):
         if value:
             command += [flag, value]
     command.append("--compile" if options.compile else "--no-compile")
+    if niceness and shutil.which("nice"):  # not preexec_fn: the daemon that starts a twin runs threads
+        command = ["nice", "-n", str(niceness), *command]
     env = {**os.environ, DAEMON_VARIABLE: "0", "PYTHONUNBUFFERED": "1"}
     with open(spec.log, "ab") as log:
         log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(command)}\n".encode())
@@ -237,21 +267,33 @@ def announce(state: DaemonState) -> None:
 
 
 def watch(state: DaemonState, options: EngineOptions, idle_seconds: Callable[[], float],
-          stopping: threading.Event) -> threading.Thread:
+          stopping: threading.Event, *, quiet_seconds: Callable[[], float] | None = None,
+          twin: DaemonSpec | None = None) -> threading.Thread:
     """A thread that ends the daemon (SIGTERM to itself: the server's clean stop) once it has
-    been idle `keep_alive_s`, or once its installation changed on disk and nothing runs.
+    been idle `keep_alive_s`, or once its installation changed on disk and nothing runs, or
+    once its compiled `twin` (started here after COMPILE_BEHIND_AFTER_IDLE_S idle) answers and
+    no client has asked anything for HANDOVER_QUIET_S (`quiet_seconds`).
     It ends once `stopping` is set: the server removes its own socket on the way out, and a
     SIGTERM then would land in the interpreter's exit."""
+    twin_ready = threading.Event()
+    twin_started = False
 
     def loop() -> None:
+        nonlocal twin_started
         while not stopping.wait(WATCH_EVERY_S):
             idle = idle_seconds()
+            if twin is not None and not twin_started and idle >= COMPILE_BEHIND_AFTER_IDLE_S:
+                twin_started = True
+                threading.Thread(target=_start_twin, args=(twin, state.keep_alive_s, twin_ready),
+                                 name="hsedit-daemon-twin", daemon=True).start()
             if idle >= state.keep_alive_s:
                 reason = f"idle for {idle:.0f} s"
             elif idle > 0 and installation_identity(options) != state.identity:
                 reason = "hsedit or its weights changed on disk"
             elif not Path(state.socket).exists():
                 reason = "its socket was removed"
+            elif twin_ready.is_set() and quiet_seconds is not None and quiet_seconds() >= HANDOVER_QUIET_S:
+                reason = f"its compiled twin serves ({twin.socket.name})"
             else:
                 continue
             print(f"hsedit-daemon: stopping: {reason}", flush=True)
@@ -261,6 +303,24 @@ def watch(state: DaemonState, options: EngineOptions, idle_seconds: Callable[[],
     thread = threading.Thread(target=loop, name="hsedit-daemon-watch", daemon=True)
     thread.start()
     return thread
+
+
+def _start_twin(twin: DaemonSpec, keep_alive_s: float, ready: threading.Event) -> None:
+    """Start the compiled twin (unless one answers already) and wait for it, under its lock, as a
+    client starts a daemon: a client asking for the compiled settings meanwhile waits for this one."""
+    from hsedit.client import ServerClient
+
+    client = ServerClient(twin.url)
+    print(f"hsedit-daemon: compiling a twin behind this engine (its log: {twin.log})", flush=True)
+    try:
+        with _locked(twin.lock):
+            if not _answers(client, twin):
+                _wait_ready(twin, client, _start(twin, keep_alive_s, niceness=TWIN_NICENESS))
+    except ServerError as error:
+        print(f"hsedit-daemon: the compiled twin did not start, this engine keeps serving: {error}", flush=True)
+        return
+    print("hsedit-daemon: the compiled twin is ready", flush=True)
+    ready.set()
 
 
 def forget(socket_path: Path) -> None:

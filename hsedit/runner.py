@@ -48,7 +48,8 @@ def open_runner(
     if config.daemon_or_default(daemon):
         from hsedit.daemon import daemon_runner
 
-        return daemon_runner(options, keep_alive_s=config.keep_alive_or_default(None), on_start=on_daemon_start)
+        return daemon_runner(options, keep_alive_s=config.keep_alive_or_default(None), on_start=on_daemon_start,
+                             compile_behind=config.compile_behind_or_default(None))
     from hsedit.apply import EmbeddedRunner
     from hsedit.engine.engine import shared_engine
 

@@ -34,7 +34,8 @@ def home(tmp_path_factory):
     root = tmp_path_factory.mktemp("daemon")
     project = root / "project"
     shutil.copytree(EXAMPLES, project)
-    env = {**os.environ, "HSEDIT_DAEMON": "1", "XDG_RUNTIME_DIR": str(root / "run"), "HSEDIT_KEEP_ALIVE": "5"}
+    env = {**os.environ, "HSEDIT_DAEMON": "1", "XDG_RUNTIME_DIR": str(root / "run"), "HSEDIT_KEEP_ALIVE": "5",
+           "HSEDIT_COMPILE_BEHIND": "0"}  # the twin has a module of its own (test_daemon_twin.py)
     (root / "run").mkdir(mode=0o700)
     yield project, env
     os.environ.pop("XDG_RUNTIME_DIR", None)

@@ -275,21 +275,3 @@ def test_bf16_training_is_refused_where_the_machine_only_emulates_it(monkeypatch
                                       "--out", str(tmp_path / "out"), "--bf16"])
     assert result.exit_code == 2 and "emulation" in result.output
     assert not (tmp_path / "out").exists()
-
-
-def test_a_niced_session_leader_gives_its_niceness_to_its_session(tmp_path):
-    """`setsid nice -n 19 hsedit finetune train`: the autogroup gets niceness 19, so a training run
-    in the background yields to an engine in another session; a process that leads no session
-    (a run in the user's terminal) leaves its session's group alone."""
-    group = tmp_path / "autogroup"
-    group.write_text("/autogroup-1 nice 0\n")
-    script = ("import os, sys; from pathlib import Path; "
-              "from hsedit.train.finetune.train import yield_like_niceness; "
-              "print(yield_like_niceness(Path(sys.argv[1])))")
-    led = subprocess.run(["setsid", "nice", "-n", "7", sys.executable, "-c", script, str(group)],
-                         capture_output=True, text=True, check=True)
-    assert led.stdout.strip() == "True" and group.read_text() == "7"
-    group.write_text("/autogroup-1 nice 0\n")
-    follower = subprocess.run(["nice", "-n", "7", sys.executable, "-c", script, str(group)],
-                              capture_output=True, text=True, check=True)
-    assert follower.stdout.strip() == "False" and group.read_text() == "/autogroup-1 nice 0\n"

@@ -84,3 +84,19 @@ def test_settings_resolve_flag_then_environment_then_file_then_default(tmp_path,
 def test_no_pyproject_means_defaults(tmp_path):
     assert load_config(None) == ProjectConfig()
     assert load_config(tmp_path / "pyproject.toml") == ProjectConfig()
+
+
+def test_compiling_behind_the_warm_engine_is_on_unless_switched_off(tmp_path, monkeypatch):
+    monkeypatch.delenv("HSEDIT_COMPILE_BEHIND", raising=False)
+    assert ProjectConfig().compile_behind_or_default(None) is True
+    (tmp_path / "pyproject.toml").write_text("[tool.hsedit]\ncompile_behind = false\n")
+    config = load_config(tmp_path / "pyproject.toml")
+    assert config.compile_behind_or_default(None) is False
+    monkeypatch.setenv("HSEDIT_COMPILE_BEHIND", "1")  # the environment over the file
+    assert config.compile_behind_or_default(None) is True
+    monkeypatch.setenv("HSEDIT_COMPILE_BEHIND", "maybe")
+    with pytest.raises(UsageError, match="HSEDIT_COMPILE_BEHIND takes 1 or 0"):
+        config.compile_behind_or_default(None)
+    (tmp_path / "pyproject.toml").write_text('[tool.hsedit]\ncompile_behind = "no"\n')
+    with pytest.raises(UsageError, match="compile_behind must be true or false"):
+        load_config(tmp_path / "pyproject.toml")

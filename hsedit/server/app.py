@@ -95,6 +95,7 @@ def create_app(engine_thread: EngineThread, settings: ServerSettings) -> FastAPI
 
     @app.get("/health")
     async def health() -> Health:
+        engine_thread.note_contact()
         target = engine.drafter_target
         daemon = settings.daemon and {**settings.daemon, "idle_s": round(engine_thread.idle_seconds(), 1)}
         return Health(model=settings.served_model, drafter=settings.drafter, waiting=engine_thread.waiting,

@@ -81,6 +81,7 @@ class EngineThread:
         self._running: dict[int, Ticket] = {}  # in the engine; touched by the engine thread only
         self._held = 0  # submitted + running: what --max-queue bounds
         self._last_active = time.monotonic()  # when a request last came in or finished
+        self._last_contact = time.monotonic()  # when a client last asked anything (/health too)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="hsedit-engine", daemon=True)
 
@@ -127,6 +128,18 @@ class EngineThread:
         """How long the server has held no request (0 while it holds one)."""
         with self._wake:
             return 0.0 if self._held else time.monotonic() - self._last_active
+
+    def note_contact(self) -> None:
+        """A client asked something that holds no request (its readiness check)."""
+        with self._wake:
+            self._last_contact = time.monotonic()
+
+    def quiet_seconds(self) -> float:
+        """How long no client has asked anything: a client that found this server ready sends
+        its request within that time, so a server may go away once it is long enough."""
+        with self._wake:
+            idle = 0.0 if self._held else time.monotonic() - self._last_active
+            return min(idle, time.monotonic() - self._last_contact)
 
     @property
     def waiting(self) -> int:

@@ -92,17 +92,23 @@ def serve(
     socket_path: Path | None = None,
     daemon_key: str | None = None,
     keep_alive_s: float | None = None,
+    twin_key: str | None = None,
 ) -> None:
     """Serve on host:port, or (a background engine, hsedit/daemon.py) on a Unix socket only its
-    owner can reach, ending itself after `keep_alive_s` idle or when its installation changes."""
+    owner can reach, ending itself after `keep_alive_s` idle or when its installation changes,
+    or (an eager one given `twin_key`) once its compiled twin has started and taken over."""
     import uvicorn
 
     from hsedit import daemon
+    from hsedit.niceness import restore_session_priority, yield_like_niceness
 
-    state = None
+    state, twin, yielded = None, None, False
     if socket_path is not None:
         state = daemon.daemon_state(options, socket_path, daemon_key or "", keep_alive_s or daemon.KEEP_ALIVE_S)
         settings = replace(settings, daemon=state.as_dict())
+        if twin_key and not options.compile:
+            twin = daemon.DaemonSpec(replace(options, compile=True), twin_key, socket_path.parent)
+        yielded = yield_like_niceness()  # a twin started niced: it yields while it compiles
     else:
         check_exposure(host, settings.api_key)
         _check_port_free(host, port)
@@ -120,7 +126,10 @@ def serve(
             # here and uvicorn's first accept wait in the listener's backlog.
             os.replace(staging, socket_path)
             daemon.announce(state)
-            daemon.watch(state, options, engine_thread.idle_seconds, stopping)
+            daemon.watch(state, options, engine_thread.idle_seconds, stopping,
+                         quiet_seconds=engine_thread.quiet_seconds, twin=twin)
+            if yielded:
+                restore_session_priority()  # ready: it serves the user now
         on_ready(f"unix:{socket_path}" if socket_path is not None else f"http://{host}:{port}")
         try:
             yield

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from hsedit.edit.prompt import CLOSING_FENCE, ApplyPrompt, completion_for
 from hsedit.errors import UsageError
+from hsedit.niceness import yield_like_niceness
 from hsedit.train.checkpoint import STATE_FILE, StopRequest, load_state, replace_directory, shuffled_pass
 from hsedit.train.finetune.dataset import Example, load
 
@@ -160,22 +161,6 @@ def changed_spans(before: str, after: str) -> list[tuple[int, int]]:
     return spans
 
 
-def yield_like_niceness(autogroup: Path = Path("/proc/self/autogroup")) -> bool:
-    """Give this process's niceness to its whole session, where it leads one: under Linux's
-    autogroup scheduling niceness ranks processes only within their session, so `setsid nice -n 19
-    hsedit finetune train` took a whole core from an engine started in another session (seen: a
-    test run and a "background" training each at ~100%). Only a session leader: a training run in
-    the user's terminal would lower the terminal's whole session. Returns whether it did."""
-    niceness = os.nice(0)
-    if niceness <= 0 or os.getsid(0) != os.getpid() or not autogroup.exists():
-        return False
-    try:
-        autogroup.write_text(str(niceness))
-    except OSError:
-        return False
-    return True
-
-
 def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
@@ -183,7 +168,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> dict:
 
     if config.init_adapter and not (Path(config.init_adapter) / "adapter_config.json").is_file():
         raise UsageError(f"not a LoRA adapter directory (no adapter_config.json): {config.init_adapter}")
-    if yield_like_niceness():
+    if yield_like_niceness():  # a background run yields to the user's engine (hsedit/niceness.py)
         log(f"niceness {os.nice(0)} given to this session's scheduling group (autogroup)")
     torch.manual_seed(config.seed)
     if config.threads:
