@@ -418,3 +418,40 @@ def test_the_drafting_plan_leaves_out_only_requests_it_would_never_run_for(copy,
     without = price(selector.step_seconds, rows, copy_survival.reshape(-1))
     full = model_drafting_mask(copy_survival, pad(estimates, 8), without, selector.draft_seconds[: rows + 1])
     assert selector.plan_model_drafting(chains, estimates) == full.tolist()
+
+
+def test_the_price_learns_what_a_verified_slot_really_costs():
+    """Steps whose draft slots cost twice the table's (a long context) raise the price and cut
+    the chains; steps that cost the table times a uniform factor (a busier machine) leave both
+    as they were; and the fit follows the steps as they come."""
+    table = ([1, 4, 16, 64, 256], [0.025, 0.026, 0.031, 0.050, 0.140])
+    chains = [[chain(COPY, list(range(31)), [0.97 ** (k + 1) for k in range(31)])] for _ in range(4)]
+
+    def selector_seeing(cost):  # cost(T(R), T(B) - T(R)) -> the step's measured seconds
+        selector = HybridSelector(max_batch_tokens=512)
+        selector.set_costs(*table)
+        rng = np.random.default_rng(0)
+        for _ in range(200):
+            tokens = 4 + int(rng.integers(0, 125))  # four requests, chains of varied length
+            base = float(selector.step_seconds[4])
+            selector.record_step(4, tokens, cost(base, float(selector.step_seconds[tokens]) - base))
+        kept = selector.select(chains)
+        return selector, sum(len(c) for c in kept if c is not None)
+
+    as_table, kept_as_table = selector_seeing(lambda base, slots: base + slots)
+    busier, kept_busier = selector_seeing(lambda base, slots: 1.4 * (base + slots))
+    dear, kept_dear = selector_seeing(lambda base, slots: base + 2 * slots)
+    assert as_table.step_fit.slot_scale == pytest.approx(1.0, abs=0.02)
+    assert busier.step_fit.slot_scale == pytest.approx(1.0, abs=0.02) and kept_busier == kept_as_table
+    assert dear.step_fit.slot_scale == pytest.approx(2.0, rel=0.05)
+    assert dear.last_price.per_token > as_table.last_price.per_token and kept_dear < kept_as_table
+    # A pause in one step (a neighbour, the collector) moves the fit a little, not to the clip.
+    as_table.record_step(4, 40, 5.0)
+    assert as_table.step_fit.slot_scale < 1.5
+
+
+def test_a_price_with_dearer_slots_never_admits_more():
+    scores = torch.tensor([0.99, 0.95, 0.9, 0.8, 0.7, 0.5, 0.3, 0.2, 0.1] * 4)
+    costs = convex_step_seconds([1, 4, 16, 64], [0.025, 0.026, 0.031, 0.050], 128)
+    budgets = [price(costs, 4, scores, slot_scale=scale).budget for scale in (0.5, 1.0, 2.0, 4.0)]
+    assert budgets == sorted(budgets, reverse=True) and budgets[0] > budgets[-1]
