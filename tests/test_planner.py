@@ -366,32 +366,3 @@ def test_a_request_is_probed_only_where_its_waiting_features_cost_no_more_than_a
                           prompt_tokens=prompt_tokens, **known) >= 1
     assert _dspark_passes(steps=steps_before_projection, **long) == 0
     assert _dspark_passes(steps=steps_before_projection + 2 * PROBE_EVERY, **long) >= 1
-
-
-def test_the_selector_learns_from_decode_steps_whose_tokens_it_knows():
-    """A step's time reaches the price only where the step is known to have verified what the
-    planner drafted: the same requests as the step before, all decoding. A new request (its
-    prefill ran in the step) or a prefill chunk makes the step another kind, left out."""
-    from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
-    from hsedit.drafting.hybrid import HybridSelector
-
-    copy_acceptance = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
-    selector = HybridSelector(max_batch_tokens=256)
-    selector.set_costs([1, 16, 64], [0.030, 0.034, 0.050])
-    seen = []
-    selector.record_step = lambda requests, tokens, seconds: seen.append((requests, tokens, seconds))
-    planner = DraftPlanner(copy_acceptance=copy_acceptance, selector=selector, min_match=3)
-    a = PROMPT + [4]
-    (draft,) = planner.step([row("a", a, [4])], step_seconds=None)  # the first step: nothing before it
-    assert draft and seen == []
-    a = a + [5, 6]
-    planner.step([row("a", a, [5, 6])], step_seconds=0.040)
-    assert seen == [(1, 1 + len(draft), 0.040)]  # one request, its token and its chain verified
-    b = [7, 7, 7]
-    planner.step([row("a", a + [7], [7]), row("b", b, [7])], step_seconds=0.090)  # b's prefill ran in it
-    assert len(seen) == 1
-    planner.step([row("a", a + [7, 8], [8]), row("c", [1, 2], [])], step_seconds=0.050)  # c: a chunk, no token
-    planner.step([row("a", a + [7, 8, 9], [9]), row("c", [1, 2, 3], [3])], step_seconds=0.080)  # c's rest ran in it
-    assert len(seen) == 1
-    planner.step([row("a", a + [7, 8, 9, 1], [1]), row("c", [1, 2, 3, 1], [1])], step_seconds=0.045)
-    assert len(seen) == 2 and seen[-1][:2][0] == 2

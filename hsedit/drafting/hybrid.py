@@ -9,9 +9,7 @@ Survival scores are a_k = P(draft tokens 1..k all accepted); padding slots hold 
    lambda = Theta(K* - 1) * (T(R + K*) - T(R + K* - 1)) (slot K* paid for itself, so its survival
    clears lambda), or Theta(0) * (T(R + 1) - T(R)) when no slot pays. (The next slot's cost
    would overshoot at a kink of T: from 64 to 256 tokens a CPU step's slope jumps, and a price
-   above 1 admits nothing.) D = 0 is the price without drafting costs. T is the cost table with
-   its slots' part scaled by what verification was seen to cost (`StepCostFit`): T(R) +
-   sigma * (T(R + K) - T(R)).
+   above 1 admits nothing.) D = 0 is the price without drafting costs.
 2. `model_drafting_mask`: the model drafter costs D(n) seconds for n requests, the copy drafter
    nearly nothing. A request's advantage is what its DSpark chain is expected to add over its
    copy chain, in verified tokens net of the price: max(0, u(DSpark estimate) - u(copy)) with
@@ -51,7 +49,6 @@ def price(
     num_requests: int,
     scores: torch.Tensor,  # [N] survival of candidate slots (any order; -inf = none)
     draft_seconds: float = 0.0,  # D: drafting time of this step, paid whatever K is
-    slot_scale: float = 1.0,  # sigma: a slot's real cost against the table's (StepCostFit)
 ) -> Price:
     if num_requests <= 0:
         return Price(0.0, 0)
@@ -61,8 +58,7 @@ def price(
     if max_k < 0:  # not even one more token fits in a step
         return Price(float("inf"), 0)
     gained = torch.nn.functional.pad(torch.cumsum(ordered[:max_k], 0), (1, 0))  # [max_k + 1] S_K
-    table = step_seconds[num_requests : num_requests + max_k + 2]  # [max_k + 2] T(R + K)
-    times = table[0] + slot_scale * (table - table[0]) + draft_seconds  # [max_k + 2]
+    times = step_seconds[num_requests : num_requests + max_k + 2] + draft_seconds  # [max_k + 2] T(R + K) + D
     goodput = (num_requests + gained) / times[: max_k + 1]
     best = int(torch.argmax(goodput))  # first maximum: the smallest K that earns it
     # Read out once: between the target's steps each tensor op costs tens of microseconds.
@@ -181,46 +177,6 @@ def linear_seconds(counts: list[int], seconds: list[float], max_count: int) -> t
 
 # Weight of the newest model-drafter pass in the running ratio of seen to profiled drafting time.
 DRAFT_SCALE_WEIGHT = 0.1
-# Weight of the newest decode step in the fit of what a verified slot costs (~20 steps remembered),
-# and the fit's belief in the table's shape (sigma = 1), in squared slot shares of a step.
-STEP_FIT_WEIGHT = 0.05
-STEP_FIT_PRIOR = 0.2
-SLOT_SCALE_RANGE = (0.5, 4.0)
-
-
-class StepCostFit:
-    """What a verified draft slot really costs against the cost table. The table is profiled at a
-    72-token context; at 2,000 tokens attention makes a slot cost about twice as much
-    (docs/benchmarks.md), the more so the more requests verify at once, and a price that believes
-    the table admits chains that do not pay for their verification. Each decode step seen (R
-    requests, B tokens scheduled, `seconds` measured) is one point of a running least-squares fit
-    of seconds / T(R) = c + s * (T(B) - T(R)) / T(R); the price scales the table's slot costs by
-    sigma = s / c. A uniform factor on every step (a slower machine, a neighbour's load) moves c
-    and s alike and leaves sigma, and so the price, unchanged."""
-
-    def __init__(self) -> None:
-        # Exponentially weighted sums of 1, x, y, x^2 and x*y over the steps seen.
-        self.n = self.sx = self.sy = self.sxx = self.sxy = 0.0
-        self.slot_scale = 1.0
-
-    def observe(self, base_seconds: float, slot_seconds: float, seconds: float) -> None:
-        """One decode step: T(R), T(B) - T(R) and its measured seconds."""
-        if base_seconds <= 0:
-            return
-        x = slot_seconds / base_seconds
-        # A pause (a neighbour, the collector) is not what verification costs: clip the outlier.
-        y = min(seconds / base_seconds, SLOT_SCALE_RANGE[1] * (1 + x))
-        keep = 1 - STEP_FIT_WEIGHT
-        self.n, self.sx, self.sy = keep * self.n + 1, keep * self.sx + x, keep * self.sy + y
-        self.sxx, self.sxy = keep * self.sxx + x * x, keep * self.sxy + x * y
-        mx, my = self.sx / self.n, self.sy / self.n
-        # Shrunk towards the table's shape (s = c, both fitting the mean step) while the steps seen
-        # vary little in their slots.
-        level = my / (1 + mx)
-        s = (self.sxy - self.n * mx * my + STEP_FIT_PRIOR * level) / (self.sxx - self.n * mx * mx + STEP_FIT_PRIOR)
-        c = my - s * mx
-        if c > 0:
-            self.slot_scale = min(max(s / c, SLOT_SCALE_RANGE[0]), SLOT_SCALE_RANGE[1])
 
 
 class HybridSelector:
@@ -233,7 +189,6 @@ class HybridSelector:
         self.step_seconds: torch.Tensor | None = None  # [max_batch_tokens + 1], once profiled
         self.draft_seconds: torch.Tensor | None = None  # [max_batch_tokens + 1] D(n), once profiled
         self.draft_scale = 1.0  # running ratio of seen to profiled drafting time
-        self.step_fit = StepCostFit()  # what a verified slot costs, as seen
         self.last_price: Price | None = None
 
     def set_costs(self, tokens: list[int], seconds: list[float]) -> None:
@@ -250,16 +205,6 @@ class HybridSelector:
         if self.draft_seconds is not None and self.draft_seconds[count] > 0:
             w = DRAFT_SCALE_WEIGHT
             self.draft_scale = (1 - w) * self.draft_scale + w * seconds / float(self.draft_seconds[count])
-
-    def record_step(self, num_requests: int, scheduled_tokens: int, seconds: float) -> None:
-        """A decode step seen while serving (no prefill in it): `num_requests` requests,
-        `scheduled_tokens` tokens verified in all, the target's `seconds`."""
-        if self.step_seconds is None or num_requests <= 0:
-            return
-        last = len(self.step_seconds) - 1
-        base = float(self.step_seconds[min(num_requests, last)])
-        slots = float(self.step_seconds[min(scheduled_tokens, last)]) - base
-        self.step_fit.observe(base, slots, seconds)
 
     def drafting_cost(self, count: int) -> float:
         return 0.0 if self.draft_seconds is None or count <= 0 else self.draft_scale * float(self.draft_seconds[count])
@@ -287,8 +232,7 @@ class HybridSelector:
             return [False] * len(copy)
         length = max([len(c) for c in copy if c is not None] + [len(e) for e in estimates] + [1])
         copy_survival = pad([_survival(c) for c in copy], length)  # [R, L]
-        without = price(self.step_seconds, len(copy), copy_survival.reshape(-1),
-                        slot_scale=self.step_fit.slot_scale)
+        without = price(self.step_seconds, len(copy), copy_survival.reshape(-1))
         mask = model_drafting_mask(
             copy_survival[contenders], pad([estimates[i] for i in contenders], length), without,
             self.draft_scale * self.draft_seconds[: len(contenders) + 1],
@@ -317,8 +261,7 @@ class HybridSelector:
         if self.step_seconds is None:
             current = Price(0.0, len(candidates) * length)
         else:
-            current = price(self.step_seconds, len(candidates), best_slots.reshape(-1), self.drafting_cost(drafted_for),
-                            self.step_fit.slot_scale)
+            current = price(self.step_seconds, len(candidates), best_slots.reshape(-1), self.drafting_cost(drafted_for))
         self.last_price = current
         choose_op, allocate_op = _operations(self.device)
         slots = torch.arange(length, device=self.device)

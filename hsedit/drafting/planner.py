@@ -140,14 +140,9 @@ class DraftPlanner:
         # When set, every request gets this many filler draft tokens: a real verification of a
         # known size, used to profile the engine's cost table.
         self.probe_length: int | None = None
-        # The last step's (request ids, tokens scheduled for them next), when all of it decoded.
-        self._scheduled: tuple[tuple[str, ...], int] | None = None
 
     # -- engine-facing -------------------------------------------------------------------
-    def step(self, rows: Sequence[RowView], step_seconds: float | None = None) -> list[list[int]]:
-        """Drafts for this step's rows; `step_seconds`: the target's step that produced their
-        tokens (the engine's time between two calls), which the hybrid's price learns from."""
-        self._record_step(rows, step_seconds)
+    def step(self, rows: Sequence[RowView]) -> list[list[int]]:
         if self.model_drafter is not None:
             self.model_drafter.observe([(row.req_id, row.features) for row in rows if row.features is not None])
         live: list[tuple[int, RowView, _RequestState]] = []
@@ -180,20 +175,7 @@ class DraftPlanner:
             state.pending = chain
             state.pending_price = step_price
             drafts[i] = chain.tokens if chain else []
-        decoding = len(live) == len(rows) and self.probe_length is None
-        self._scheduled = (tuple(row.req_id for row in rows), sum(1 + len(d) for d in drafts)) if decoding else None
         return drafts
-
-    def _record_step(self, rows: Sequence[RowView], seconds: float | None) -> None:
-        """Tell the selector what the step just seen cost, where its tokens are known: the same
-        requests as the step before, all decoding (a new request's prefill or a chunk in the
-        step would make it another kind of step), and what was scheduled is what was drafted."""
-        scheduled, self._scheduled = self._scheduled, None
-        if seconds is None or self.selector is None or scheduled is None:
-            return
-        ids, tokens = scheduled
-        if tuple(row.req_id for row in rows) == ids and all(row.sampled for row in rows):
-            self.selector.record_step(len(ids), tokens, seconds)
 
     def take_records(self, req_id: str) -> list[StepRecord]:
         """Step records of a request since the last call (oldest first)."""

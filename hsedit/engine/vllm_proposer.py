@@ -149,7 +149,6 @@ class HseditProposer(_Probing):
         self._draft_sampled_requests = True
         self.propose_seconds = 0.0  # total time spent drafting, for the benchmark
         self.propose_calls = 0
-        self._last_return: float | None = None  # when the last drafts went back to the runner
 
     # -- the facade the engine and the benchmark use (RemoteProposer mirrors it) ------------
     @property
@@ -231,12 +230,8 @@ class HseditProposer(_Probing):
                     features=features,
                 )
             )
-        # vLLM steps synchronously with a custom proposer: the time since the last drafts went
-        # back is the target's step that verified them (the planner keeps only steps it can read).
-        seconds = None if self._last_return is None else started - self._last_return
-        drafts = self.planner.step(rows, seconds)
-        self._last_return = time.perf_counter()
-        self.propose_seconds += self._last_return - started
+        drafts = self.planner.step(rows)
+        self.propose_seconds += time.perf_counter() - started
         self.propose_calls += 1
         return drafts
 
