@@ -366,3 +366,22 @@ def test_a_request_is_probed_only_where_its_waiting_features_cost_no_more_than_a
                           prompt_tokens=prompt_tokens, **known) >= 1
     assert _dspark_passes(steps=steps_before_projection, **long) == 0
     assert _dspark_passes(steps=steps_before_projection + 2 * PROBE_EVERY, **long) >= 1
+
+
+def test_a_priced_chain_runs_to_the_longest_alone_and_to_the_batched_length_beside_others():
+    """The hybrid's copy chains: up to the engine's longest (63) for a request alone in the batch,
+    up to BATCHED_MAX_DRAFT beside another request, whose step the table prices worst."""
+    from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+    from hsedit.drafting.copy_drafter import BATCHED_MAX_DRAFT, PRICED_MAX_DRAFT
+    from hsedit.drafting.hybrid import HybridSelector
+
+    copy_acceptance = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
+    planner = DraftPlanner(copy_acceptance=copy_acceptance, selector=HybridSelector(), max_draft=PRICED_MAX_DRAFT)
+    answer = list(range(100, 300))  # the predicted answer, copied from its start
+    for name in ("a", "b"):
+        planner.seed_prediction(name, answer)
+    (alone,) = planner.step([row("a", answer[:5], [answer[4]], PRICED_MAX_DRAFT)])
+    assert alone == answer[5 : 5 + PRICED_MAX_DRAFT]
+    both = planner.step([row("a", answer[:6], [answer[5]], PRICED_MAX_DRAFT),
+                         row("b", answer[:5], [answer[4]], PRICED_MAX_DRAFT)])
+    assert both == [answer[6 : 6 + BATCHED_MAX_DRAFT], answer[5 : 5 + BATCHED_MAX_DRAFT]]
