@@ -22,8 +22,8 @@ DEFAULT_MAX_DRAFT = 15  # the paper setting, and what a drafter without a price 
 # is copied up to PRICED_MAX_DRAFT tokens a step by a request alone in the batch, and up to
 # BATCHED_MAX_DRAFT beside others. The price's cost table is profiled at a short context, and
 # several long chains verified together at a long one cost more than it says. Measured side by
-# side (hsedit bench, docs/benchmarks.md, 2026-12-07): chains up to 63 against 31, alone, 1.22-1.34x
-# on edits, 1.04-1.28x on mixed, even on chat; at batch 4, 0.82-1.19x, at batch 16 0.78-1.10x.
+# side (hsedit bench, docs/benchmarks.md, 2026-12-07): chains up to 63 against 31, alone, 1.14-1.34x
+# on edits, 1.04-1.28x on mixed, even on chat; at batch 4 0.82-1.16x, at batch 16 0.85-1.19x.
 PRICED_MAX_DRAFT = 63
 BATCHED_MAX_DRAFT = 31
 # After a change, the original is looked for this far ahead of where the output left it.
