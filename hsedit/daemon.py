@@ -34,12 +34,12 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
