@@ -293,7 +293,7 @@ def serve(
     socket_path: Annotated[Optional[Path], typer.Option("--socket", hidden=True, help="Listen on this Unix socket (the background engine).")] = None,
     daemon_key: Annotated[Optional[str], typer.Option(hidden=True)] = None,
     keep_alive: Annotated[Optional[float], typer.Option(hidden=True, help="With --socket: exit after this many idle seconds.")] = None,
-    twin_key: Annotated[Optional[str], typer.Option(hidden=True, help="With --socket, eager: the key of the compiled twin to start behind it.")] = None,
+    twin_key: Annotated[str | None, typer.Option(hidden=True, help="With --socket, eager: the key of the compiled twin to start behind it.")] = None,
 ) -> None:
     """Serve one warm engine over HTTP: OpenAI chat completions (with Predicted Outputs), /v1/apply for hsedit's clients, /health, /metrics."""
     from hsedit.config import project_config

@@ -22,7 +22,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def _hsedit(env, cwd, *args):
     done = subprocess.run([sys.executable, "-m", "hsedit.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=900, check=False)
     return done.returncode, done.stdout, done.stderr
 
 
