@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from hsedit.client import ServerClient
-from hsedit.daemon import HANDOVER_QUIET_S, running_daemons
+from hsedit.daemon import HANDOVER_QUIET_S
+from tests.test_daemon import _daemons, _gone
 
 pytestmark = pytest.mark.engine
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -24,18 +25,6 @@ def _hsedit(env, cwd, *args):
     done = subprocess.run([sys.executable, "-m", "hsedit.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=900, check=False)
     return done.returncode, done.stdout, done.stderr
-
-
-def _daemons(env):
-    previous = os.environ.get("XDG_RUNTIME_DIR")
-    os.environ["XDG_RUNTIME_DIR"] = env["XDG_RUNTIME_DIR"]
-    try:
-        return running_daemons()
-    finally:
-        if previous is None:
-            os.environ.pop("XDG_RUNTIME_DIR")
-        else:
-            os.environ["XDG_RUNTIME_DIR"] = previous
 
 
 def _completion_tokens(daemon) -> float:
@@ -48,14 +37,6 @@ def _completion_tokens(daemon) -> float:
         connection.close()
     (line,) = [line for line in text.splitlines() if line.startswith("hsedit_completion_tokens_total")]
     return float(line.split()[-1])
-
-
-def _alive(pid) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
 
 
 def test_an_idle_warm_engine_compiles_a_twin_behind_itself_and_hands_over(tmp_path):
@@ -88,10 +69,7 @@ def test_an_idle_warm_engine_compiles_a_twin_behind_itself_and_hands_over(tmp_pa
         code, out, err = _hsedit(env, project, *edit)
         assert code == 0 and json.loads(out)["check"]["ok"] is True, err
         assert _completion_tokens(twin) > before
-        deadline = time.time() + HANDOVER_QUIET_S + 30
-        while _alive(eager.pid) and time.time() < deadline:
-            time.sleep(1)
-        assert not _alive(eager.pid)
+        assert _gone(eager.pid, HANDOVER_QUIET_S + 30)
         stops = [line for line in Path(eager.state["log"]).read_text().splitlines() if "stopping" in line]
         assert "compiled twin serves" in stops[-1]
         assert [d.pid for d in _daemons(env)] == [twin.pid]
