@@ -25,7 +25,7 @@ from hsedit.bench.methods import (
 from hsedit.bench.report import BenchReport, Cell
 from hsedit.bench.workloads import BenchTask, Workload, groups
 from hsedit.drafting.chain import HYBRID, NO_DRAFTER, VLLM_BUILTINS
-from hsedit.drafting.copy_drafter import BATCHED_MAX_DRAFT
+from hsedit.drafting.copy_drafter import priced_max_draft
 from hsedit.engine.costs import CostTable
 from hsedit.engine.engine import Engine, Generation, GenerationRequest
 
@@ -157,8 +157,8 @@ def run_group(
         # From the group's first token on (later prompts' prefill overlaps decoding: counting it
         # again would put the limit above what a run can do).
         longest = max_draft if max_draft is not None else default_max_draft(cell.method)
-        if method_name(cell.method) == HYBRID and len(group) > 1:  # what the planner verifies beside others
-            longest = min(longest, BATCHED_MAX_DRAFT)
+        if method_name(cell.method) == HYBRID:  # what the planner verifies in a batch this size
+            longest = priced_max_draft(longest, len(group))
         chain = 1 + longest
         decoding = all_accepted_limit(table, [r.stats.completion_tokens for r in results], chain)
         cell.limit_seconds += (min(first) if first else 0.0) + decoding

@@ -26,6 +26,12 @@ DEFAULT_MAX_DRAFT = 15  # the paper setting, and what a drafter without a price 
 # on edits, 1.04-1.28x on mixed, even on chat; at batch 4 0.82-1.16x, at batch 16 0.85-1.19x.
 PRICED_MAX_DRAFT = 63
 BATCHED_MAX_DRAFT = 31
+
+
+def priced_max_draft(max_draft: int, num_requests: int) -> int:
+    """The longest chain the hybrid verifies for a request in a batch of `num_requests`."""
+    return max_draft if num_requests <= 1 else min(max_draft, BATCHED_MAX_DRAFT)
+
 # After a change, the original is looked for this far ahead of where the output left it.
 RESYNC_WINDOW = 64
 # A change longer than this is a rewrite, not an edit of the original: no resync.

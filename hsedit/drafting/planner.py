@@ -24,7 +24,7 @@ from hsedit.drafting.chain import DSPARK, MAX_TRACKED_REQUESTS, COPY, PROBE, Cop
 from hsedit.drafting.copy_acceptance import REFERENCE_PRIOR_POSITIONS, CopyAcceptanceModel, RequestOffset, VerifiedChain
 from hsedit.drafting.hybrid import HybridSelector
 from hsedit.drafting.model_drafter import FeatureRows, ModelDrafter
-from hsedit.drafting.copy_drafter import BATCHED_MAX_DRAFT, DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, Alignment, CopyIndex
+from hsedit.drafting.copy_drafter import DEFAULT_MAX_DRAFT, DEFAULT_MIN_MATCH, Alignment, CopyIndex, priced_max_draft
 
 DRAFTERS = (COPY, DSPARK)
 # A request with nothing predicted (chat) copies only repeats of its prompt or of its own answer,
@@ -230,8 +230,8 @@ class DraftPlanner:
     def _propose(self, live: Sequence[tuple[RowView, _RequestState]]) -> list[list[DraftChain]]:
         """Every enabled drafter's chain for every live request."""
         limits = [min(self.max_draft, row.max_draft) for row, _ in live]
-        if self.selector is not None and len(live) > 1:  # priced chains beside others (copy_drafter)
-            limits = [min(limit, BATCHED_MAX_DRAFT) for limit in limits]
+        if self.selector is not None:  # priced chains: shorter beside others (copy_drafter)
+            limits = [priced_max_draft(limit, len(live)) for limit in limits]
         if self.probe_length is not None:
             return [
                 [DraftChain(PROBE, [int(row.context[-1])] * min(self.probe_length, limit))]

@@ -137,9 +137,8 @@ class EngineThread:
     def quiet_seconds(self) -> float:
         """How long no client has asked anything: a client that found this server ready sends
         its request within that time, so a server may go away once it is long enough."""
-        with self._wake:
-            idle = 0.0 if self._held else time.monotonic() - self._last_active
-            return min(idle, time.monotonic() - self._last_contact)
+        with self._wake:  # a re-entrant lock: idle_seconds takes it too
+            return min(self.idle_seconds(), time.monotonic() - self._last_contact)
 
     @property
     def waiting(self) -> int:
