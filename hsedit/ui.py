@@ -102,12 +102,22 @@ def _exactness(cell) -> str:
     return "yes"
 
 
+def _paired(ratio) -> str:
+    """A ratio with its rounds' 95% interval; `trails` where the whole interval lies below 1."""
+    if ratio is None:
+        return "–"
+    if ratio.interval is None:
+        return f"{ratio.whole:.2f}x"
+    low, high = ratio.interval
+    return f"{ratio.whole:.2f}x ({low:.2f}–{high:.2f}{', trails' if ratio.trails else ''})"
+
+
 def bench_table(report) -> Table:
     step = f" · plain step {report.plain_step_ms:.0f} ms" if report.plain_step_ms else ""
     sampled = f" · sampled at temperature {report.temperature:g}, seeded" if report.temperature else ""
     table = Table(title=f"hsedit bench · {report.repeats} round(s), methods interleaved; ratios from this run{step}{sampled}")
     columns = ("workload", "batch", "method", "s/run", "of file", "tok/s", "vs plain", "vs copy", "vs vLLM ngram (best)", "vs dspark",
-               "tok/step", "accepted/drafted", "proposer ms/step", "dspark runs", "limit s", "of limit", "of machine", "prefill",
+               "vs better part", "tok/step", "accepted/drafted", "proposer ms/step", "dspark runs", "limit s", "of limit", "of machine", "prefill",
                "exact")
     for column in columns:
         table.add_column(column, justify="left" if column in ("workload", "method", "accepted/drafted") else "right")
@@ -119,7 +129,7 @@ def bench_table(report) -> Table:
         if report.check_failed.get(c.workload):
             workload += f" ({len(report.check_failed[c.workload])} fail the instruction check)"
         if c.skipped:
-            table.add_row(workload, str(c.batch_size), c.method, "skipped", *[""] * 7, escape(c.skipped), *[""] * 7)
+            table.add_row(workload, str(c.batch_size), c.method, "skipped", *[""] * 8, escape(c.skipped), *[""] * 7)
             continue
         ratios = [report.ratio(c, NO_DRAFTER), report.ratio(c, COPY), report.ratio_to_best(c, VLLM_NGRAM),
                   report.ratio(c, DSPARK)]
@@ -130,7 +140,7 @@ def bench_table(report) -> Table:
             f"{c.seconds_per_run:.1f}" if c.seconds_per_run else "–", f"{c.of_file:.2f}" if c.of_file else "–",
             f"{c.tokens_per_second:.1f}",
             *(f"{r:.2f}x" if r else "–" for r in ratios),
-            f"{c.tokens_per_step:.2f}", acceptance, proposer,
+            _paired(report.ratio_to_best_single(c)), f"{c.tokens_per_step:.2f}", acceptance, proposer,
             f"{c.model_run_share:.0%}" if c.model_run_share is not None else "–",
             f"{c.limit_seconds:.1f}" if c.limit_seconds else "–",
             f"{c.limit_share:.0%}" if c.limit_share is not None else "–",

@@ -123,6 +123,8 @@ def test_a_small_bench_runs_batches_checks_exactness_and_plots(tmp_path, plain_e
         assert cell.limit_seconds > 0 and cell.limit_share > 0 and 0 < cell.prefill_share < 1
     plain, copy = rows[(1, "none")], rows[(1, "copy")]
     assert copy.limit_seconds < plain.limit_seconds  # a 15-token chain's limit is below one token a step's
+    for cell in report.cells:  # one round: its figures are the cell's
+        assert cell.round_tokens == [cell.tokens] and cell.round_seconds == pytest.approx([cell.seconds])
 
     # sampled: every request seeded by its task, drafted, and the same answers as plain decoding's
     sampled = run_bench([small], ["none", "copy"], batch_sizes=[1], temperature=0.8)
@@ -252,3 +254,32 @@ def test_a_gap_exactly_at_the_tolerance_is_within_it():
     one_step_further = torch.tensor([10.0, 10.0 - tolerance - 0.0625, 9.0], dtype=torch.bfloat16)
     further = one_step_further.float().log_softmax(-1)
     assert not within_greedy_tolerance(float(further[0] - further[1]), tolerance)
+
+
+def test_a_hybrid_is_paired_with_its_better_part_round_by_round():
+    """The better part is the faster of copy and DSpark over the run; each round's hybrid is set
+    against that part's same round, and the 95% interval of those ratios says whether the hybrid
+    trails beyond the rounds' noise."""
+    from hsedit.bench.report import BenchReport, Cell, PairedRatio
+
+    def cell(method, tokens, seconds):
+        c = Cell("chat", 4, method, tokens=sum(tokens), seconds=sum(seconds))
+        c.round_tokens, c.round_seconds = list(tokens), list(seconds)
+        return c
+
+    copy = cell("copy", [100, 100, 100], [1.0, 1.25, 1.0])  # the better part: 85.7 tok/s
+    dspark = cell("dspark", [100, 100, 100], [2.0, 2.0, 2.0])
+    hybrid = cell("hybrid", [100, 100, 100], [1.1, 1.35, 1.1])  # behind copy in every round
+    report = BenchReport([copy, dspark, hybrid, cell("none", [10], [1.0])], {}, {}, {}, {}, [4], 3, [])
+    assert report.best_single(hybrid) is copy
+    paired = report.ratio_to_best_single(hybrid)
+    assert paired.whole == pytest.approx(300 / 3.55 / (300 / 3.25))
+    assert paired.rounds == pytest.approx([1.0 / 1.1, 1.25 / 1.35, 1.0 / 1.1])
+    low, high = paired.interval
+    assert low < paired.whole < high < 1.0 and paired.trails
+    assert report.ratio_to_best_single(copy) is None  # only a hybrid has parts
+    # one round cannot tell; rounds either side of 1.0 do not trail
+    assert PairedRatio(0.9, [0.9]).trails is None and PairedRatio(0.9, [0.9]).interval is None
+    assert PairedRatio(0.98, [0.9, 1.08]).trails is False
+    row = next(r for r in report.as_dict()["rows"] if r["method"] == "hybrid")
+    assert row["ratio_to_best_single"]["trails"] is True and len(row["ratio_to_best_single"]["rounds"]) == 3

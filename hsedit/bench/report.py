@@ -3,11 +3,13 @@ the `BenchReport` of one run with its ratios (always against methods of the same
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
 from hsedit.bench.methods import method_name, variant_of
-from hsedit.drafting.chain import COPY, DSPARK, NO_DRAFTER, VLLM_NGRAM
+from hsedit.drafting.chain import COPY, DSPARK, HYBRID, NO_DRAFTER, VLLM_NGRAM
 from hsedit.engine.provision import DrafterTarget
 
 
@@ -23,6 +25,9 @@ class Cell:
     file_tokens: int = 0  # tokens of the files its edits rewrote, summed over runs
     tokens: int = 0
     seconds: float = 0.0
+    # the same per round ([repeats]): the rounds pair with other methods' for a ratio's spread
+    round_tokens: list[int] = field(default_factory=list)
+    round_seconds: list[float] = field(default_factory=list)
     request_steps: int = 0  # engine steps summed over requests
     drafted: Counter = field(default_factory=Counter)  # per drafter
     accepted: Counter = field(default_factory=Counter)
@@ -146,10 +151,31 @@ class BenchReport:
             return None
         return cell.tokens_per_second / max(c.tokens_per_second for c in rivals)
 
+    def beside(self, cell: Cell, method: str) -> Cell | None:
+        """`method` (a drafter name) on the cell's workload and batch, in the cell's variant."""
+        variant = variant_of(cell.method)
+        return self.cell(cell.workload, cell.batch_size, f"{method}:{variant}" if variant else method)
+
+    def best_single(self, cell: Cell) -> Cell | None:
+        """The faster of the hybrid's two parts, copy and DSpark, in the cell's variant."""
+        parts = [self.beside(cell, part) for part in (COPY, DSPARK)]
+        parts = [c for c in parts if c is not None and c.tokens_per_second]
+        return max(parts, key=lambda c: c.tokens_per_second) if parts else None
+
+    def ratio_to_best_single(self, cell: Cell) -> PairedRatio | None:
+        """A hybrid against its better part: the ratio of the whole run, and its 95% interval from
+        the rounds, each round's hybrid paired with the same round's part (the machine's drift
+        between rounds moves both). None for other methods, or where neither part ran."""
+        best = self.best_single(cell) if method_name(cell.method) == HYBRID else None
+        if best is None or not cell.tokens_per_second:
+            return None
+        rounds = zip(cell.round_tokens, cell.round_seconds, best.round_tokens, best.round_seconds)
+        return PairedRatio(cell.tokens_per_second / best.tokens_per_second,
+                           [(t / s) / (bt / bs) for t, s, bt, bs in rounds if t and s and bt and bs])
+
     def ratio(self, cell: Cell, baseline: str) -> float | None:
         """Against `baseline` (a drafter name) in the cell's own variant (dtype, mode)."""
-        variant = variant_of(cell.method)
-        base = self.cell(cell.workload, cell.batch_size, f"{baseline}:{variant}" if variant else baseline)
+        base = self.beside(cell, baseline)
         if base is None or not base.tokens_per_second or not cell.tokens_per_second:
             return None
         return cell.tokens_per_second / base.tokens_per_second
@@ -193,6 +219,7 @@ class BenchReport:
                     "machine_share": _round(c.machine_share),
                     "prefill_share": _round(c.prefill_share),
                     "ratio_to_best_vllm_ngram": _round(self.ratio_to_best(c, VLLM_NGRAM)),
+                    "ratio_to_best_single": _as_dict(self.ratio_to_best_single(c)),
                     "dspark_run_share": _round(c.model_run_share),
                     "outputs": c.outputs,
                     "identical": c.identical,
@@ -206,6 +233,44 @@ class BenchReport:
                 for c in self.cells
             ],
         }
+
+
+# Student's t, two-sided 95%, by degrees of freedom (rounds less one); 1.96 past 30.
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+@dataclass
+class PairedRatio:
+    """A speed ratio over a run, with the per-round ratios behind it and their 95% interval
+    (geometric: a round twice as fast and one half as fast cancel)."""
+
+    whole: float
+    rounds: list[float] = field(default_factory=list)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        if len(self.rounds) < 2:
+            return None
+        logs = [math.log(r) for r in self.rounds]
+        t = T_975[len(logs) - 2] if len(logs) - 1 <= len(T_975) else 1.96
+        half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+        centre = statistics.fmean(logs)
+        return math.exp(centre - half), math.exp(centre + half)
+
+    @property
+    def trails(self) -> bool | None:
+        """Below 1.0 beyond the rounds' noise (None: one round cannot tell)."""
+        return None if self.interval is None else self.interval[1] < 1.0
+
+    def as_dict(self) -> dict:
+        interval = self.interval
+        return {"whole": _round(self.whole), "rounds": [_round(r) for r in self.rounds],
+                "interval_95": [_round(v) for v in interval] if interval else None, "trails": self.trails}
+
+
+def _as_dict(ratio: PairedRatio | None) -> dict | None:
+    return ratio.as_dict() if ratio is not None else None
 
 
 def _round(value: float | None) -> float | None:

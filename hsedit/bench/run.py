@@ -56,8 +56,12 @@ def run_bench(
         if on_run:
             on_run(method, workload.name, batch_size, repeat)
         key = (workload.name, batch_size, method)
-        outputs[key] += run_workload(engines[method], workload, batch_size, cells[key], machine_table,
+        cell = cells[key]
+        tokens, seconds = cell.tokens, cell.seconds
+        outputs[key] += run_workload(engines[method], workload, batch_size, cell, machine_table,
                                      max_draft_of(method), temperature)
+        cell.round_tokens.append(cell.tokens - tokens)
+        cell.round_seconds.append(cell.seconds - seconds)
     answers = judge_plain_answers(workloads, outputs, batch_sizes[0], methods[0], repeats)
     for cell in cells.values():
         if cell.method in engines:
