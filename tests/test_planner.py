@@ -385,3 +385,17 @@ def test_a_priced_chain_runs_to_the_longest_alone_and_to_the_batched_length_besi
     both = planner.step([row("a", answer[:6], [answer[5]], PRICED_MAX_DRAFT),
                          row("b", answer[:5], [answer[4]], PRICED_MAX_DRAFT)])
     assert both == [answer[6 : 6 + BATCHED_MAX_DRAFT], answer[5 : 5 + BATCHED_MAX_DRAFT]]
+
+
+def test_a_cost_probe_drafts_its_full_length_beside_others():
+    """The cost profile times n requests verifying k fillers each and keys the step n * (1 + k):
+    the hybrid's cap beside others must not cut a probe, or a 4 x 63 step is timed at 4 x 31."""
+    from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+    from hsedit.drafting.copy_drafter import BATCHED_MAX_DRAFT, PRICED_MAX_DRAFT
+    from hsedit.drafting.hybrid import HybridSelector
+
+    copy_acceptance = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
+    planner = DraftPlanner(copy_acceptance=copy_acceptance, selector=HybridSelector(), max_draft=PRICED_MAX_DRAFT)
+    planner.probe_length = PRICED_MAX_DRAFT
+    drafts = planner.step([row(name, [1, 2, 3], [3], PRICED_MAX_DRAFT) for name in "abcd"])
+    assert [len(d) for d in drafts] == [PRICED_MAX_DRAFT] * 4 and PRICED_MAX_DRAFT > BATCHED_MAX_DRAFT

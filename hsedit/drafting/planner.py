@@ -230,13 +230,16 @@ class DraftPlanner:
     def _propose(self, live: Sequence[tuple[RowView, _RequestState]]) -> list[list[DraftChain]]:
         """Every enabled drafter's chain for every live request."""
         limits = [min(self.max_draft, row.max_draft) for row, _ in live]
-        if self.selector is not None:  # priced chains: shorter beside others (copy_drafter)
-            limits = [priced_max_draft(limit, len(live)) for limit in limits]
         if self.probe_length is not None:
+            # The cost profile's shape exactly, never the priced cap below: the table keys each
+            # step by the tokens it asked for, and a 4 x 63 probe cut to 4 x 31 would time a
+            # 128-token step as a 256-token one, which makes long chains look nearly free.
             return [
                 [DraftChain(PROBE, [int(row.context[-1])] * min(self.probe_length, limit))]
                 for (row, _), limit in zip(live, limits)
             ]
+        if self.selector is not None:  # priced chains: shorter beside others (copy_drafter)
+            limits = [priced_max_draft(limit, len(live)) for limit in limits]
         copy = [self._copy_chain(state, limit) for (_, state), limit in zip(live, limits)]
         neural = self._model_chains(live, limits, copy) if DSPARK in self.drafters else {}
         return [

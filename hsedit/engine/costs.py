@@ -109,6 +109,9 @@ def cached_table(
 PROFILE_SHAPES = ((1, 0), (1, 3), (1, 7), (1, 15), (1, 31), (1, 63), (4, 7), (4, 15), (4, 31), (4, 63),
                   (16, 15), (16, 31), (16, 63))
 PROFILE_PASSES = 2
+# What a profile measures, by revision: a table saved by an older one is measured again (2:
+# probes at their full length beside others, where 1 cut them to the hybrid's batched cap).
+PROFILE_REVISION = 2
 
 
 def engine_cost_table(engine: Any) -> CostTable:
@@ -143,7 +146,7 @@ def _cost_key(engine: Any) -> dict:
         "options": options,
         "dtype": engine.options.resolved_dtype,  # and compiled or eager, in the options: a step's price is theirs
         "max_draft": engine.proposer.max_draft if engine.proposer else 0,
-        "shapes": [PROFILE_SHAPES, PROFILE_PASSES],
+        "shapes": [PROFILE_SHAPES, PROFILE_PASSES, PROFILE_REVISION],
         "machine": [platform.machine(), _cpu_model(), os.cpu_count(), torch.get_num_threads()],
         "versions": [vllm.__version__, torch.__version__, _hsedit_version()],
     }
