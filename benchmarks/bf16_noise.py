@@ -45,24 +45,12 @@ def run_group(engine, tasks):
     return results
 
 
-def prefill(engine, prompt, answer):
-    full = prompt + answer
-    rid = f"score-{time.monotonic_ns()}"
-    engine.core.add_request(rid, {"prompt_token_ids": full}, SamplingParams(max_tokens=1, temperature=0.0,
-                                                                            prompt_logprobs=TOP))
-    fin = None
-    while fin is None:
-        fin = next((o for o in engine.core.step() if o.request_id == rid and o.finished), None)
-    return [fin.prompt_logprobs[p] for p in range(len(prompt), len(full))]
-
-
 def shifts(answer, stepped, scored):
     """Per position: the largest |margin shift| between the emitted token and another token both
     computations list, and the prefill's gap of the emitted token (nats below its top choice)."""
     out = []
-    for tok, a, b in zip(answer, stepped, scored):
+    for tok, a, lb in zip(answer, stepped, scored):
         la = {t: v.logprob for t, v in a.items()}
-        lb = {t: v.logprob for t, v in b.items()}
         worst = 0.0
         for other in set(la) & set(lb):
             if other == tok:
@@ -82,7 +70,7 @@ for name, engine in (("plain", plain), ("hybrid", hybrid)):
     for w in workloads:
         for group in groups(w.tasks, batch):
             for prompt, answer, logprobs in run_group(engine, group):
-                scored = prefill(plain, prompt, answer)
+                scored = plain.answer_logprobs(prompt, answer, TOP)
                 for worst, gap in shifts(answer, logprobs, scored):
                     rows.append((w.name, worst, gap))
     values = sorted(r[1] for r in rows)

@@ -136,22 +136,27 @@ class Engine:
         position (0.0 where it is the top choice), from one prefill of prompt + answer. Greedy
         decoding at any batch and with any drafter writes only top choices up to the kernels'
         noise (`GREEDY_TOLERANCE`), so a wrong token shows whole nats below the top."""
+        gaps = []
+        for token, scored in zip(answer_ids, self.answer_logprobs(prompt_ids, answer_ids)):
+            gaps.append(max(scored.values()) - scored[token])
+        return gaps
+
+    def answer_logprobs(self, prompt_ids: Sequence[int], answer_ids: Sequence[int], top: int = 1) -> list[dict[int, float]]:
+        """Per answer token, from one prefill of prompt + answer: the log-probability of that token
+        and of the model's `top` choices there, by token id."""
         from vllm import SamplingParams
 
-        full = list(prompt_ids) + list(answer_ids)
         if not answer_ids:
             return []
-        request_id = f"greedy-gaps-{next(self._ids)}"
+        full = list(prompt_ids) + list(answer_ids)
+        request_id = f"answer-logprobs-{next(self._ids)}"
         self.core.add_request(request_id, {"prompt_token_ids": full}, SamplingParams(max_tokens=1, temperature=0.0,
-                                                                                     prompt_logprobs=1))
+                                                                                     prompt_logprobs=top))
         finished = None
         while finished is None:
             finished = next((o for o in self.core.step() if o.request_id == request_id and o.finished), None)
-        gaps = []
-        for position in range(len(prompt_ids), len(full)):
-            scored = finished.prompt_logprobs[position]  # the token there and the top choice
-            gaps.append(max(entry.logprob for entry in scored.values()) - scored[full[position]].logprob)
-        return gaps
+        return [{t: entry.logprob for t, entry in finished.prompt_logprobs[position].items()}
+                for position in range(len(prompt_ids), len(full))]
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))
