@@ -4,61 +4,26 @@ regions and chat at a batch size. Per position, the largest shift of the margin 
 token and another token both list in their top 3. usage: bf16_noise.py OUT.json [batch]"""
 import json
 import sys
-import time
+from dataclasses import replace
 
-from vllm import SamplingParams
-from vllm.sampling_params import RequestOutputKind
-
+from hsedit.bench.judge import NOISE_TOP, margin_shifts
 from hsedit.bench.run import _request
 from hsedit.bench.workloads import chosen_workloads, groups
-from hsedit.engine import vllm_proposer
 from hsedit.engine.engine import EngineOptions, shared_engine
 
 out_path = sys.argv[1]
 batch = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-TOP = 3
 
 
 def run_group(engine, tasks):
-    ids = []
-    for task in tasks:
-        req = _request(engine, task)
-        prompt = list(req.prompt) if not isinstance(req.prompt, str) else engine.tokenizer.encode(req.prompt)
-        extra = {}
-        if req.prediction and engine.proposer is not None:
-            p = req.prediction
-            extra[vllm_proposer.PREDICTION_ARG] = [int(t) for t in (engine.tokenizer.encode(p) if isinstance(p, str) else p)]
-        params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, stop=req.stop, logprobs=TOP,
-                                output_kind=RequestOutputKind.FINAL_ONLY, extra_args=extra or None)
-        rid = f"noise-{time.monotonic_ns()}-{len(ids)}"
-        engine.core.add_request(rid, {"prompt_token_ids": prompt}, params)
-        ids.append((rid, prompt))
-    done = {}
-    while len(done) < len(ids):
-        for o in engine.core.step():
-            if o.finished:
-                done[o.request_id] = o
+    """(prompt ids, answer ids, the steps' log-probabilities) per task, the group run together."""
+    requests = [replace(_request(engine, task), logprobs=NOISE_TOP) for task in tasks]
     results = []
-    for rid, prompt in ids:
-        o = done[rid].outputs[0]
-        results.append((prompt, list(o.token_ids), o.logprobs))
+    for request, result in zip(requests, engine.generate(requests), strict=True):
+        prompt = request.prompt
+        prompt_ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        results.append((prompt_ids, result.token_ids, result.logprobs))
     return results
-
-
-def shifts(answer, stepped, scored):
-    """Per position: the largest |margin shift| between the emitted token and another token both
-    computations list, and the prefill's gap of the emitted token (nats below its top choice)."""
-    out = []
-    for tok, a, lb in zip(answer, stepped, scored):
-        la = {t: v.logprob for t, v in a.items()}
-        worst = 0.0
-        for other in set(la) & set(lb):
-            if other == tok:
-                continue
-            worst = max(worst, abs((la[tok] - la[other]) - (lb[tok] - lb[other])))
-        gap = max(lb.values()) - lb[tok]
-        out.append((worst, gap))
-    return out
 
 
 workloads = chosen_workloads(None, "large", ("regions",)) + chosen_workloads(None, "chat", ("file",))
@@ -70,9 +35,10 @@ for name, engine in (("plain", plain), ("hybrid", hybrid)):
     for w in workloads:
         for group in groups(w.tasks, batch):
             for prompt, answer, logprobs in run_group(engine, group):
-                scored = plain.answer_logprobs(prompt, answer, TOP)
-                for worst, gap in shifts(answer, logprobs, scored):
-                    rows.append((w.name, worst, gap))
+                scored = plain.answer_logprobs(prompt, answer, NOISE_TOP)
+                gaps = [max(s.values()) - s[token] for token, s in zip(answer, scored)]
+                for shift, gap in zip(margin_shifts(answer, logprobs, scored), gaps, strict=True):
+                    rows.append((w.name, shift, gap))
     values = sorted(r[1] for r in rows)
     report[name] = {
         "positions": len(rows),

@@ -169,6 +169,7 @@ def bench(
     scope: Annotated[str, typer.Option(help="Comma-separated scopes each workload runs at: file (whole files) and regions (the regions `apply --scope regions` sends); a workload that cannot be cut runs whole.")] = "file",
     repeats: Annotated[int, typer.Option(help="Rounds over everything (methods interleaved).", min=1)] = 1,
     temperature: Annotated[float, typer.Option(help="Sample every request at this temperature, each with a seed of its own (the same for every method); 0: greedy.", min=0.0, max=2.0)] = 0.0,
+    noise: Annotated[bool, typer.Option(help="Below float32, measure the dtype's own noise after the timed rounds (plain decoding once more, each answer scored again): greedy tolerance is the larger of it and the rounding bound. --no-noise: the bound alone.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG: throughput ratio against batch size per workload.")] = None,
     model: Annotated[Optional[str], typer.Option(help=MODEL_HELP)] = None,
@@ -190,6 +191,7 @@ def bench(
         chosen, methods, sizes, repeats,
         engine_for=lambda method: engine_for_method(method, model, dspark),
         temperature=temperature,
+        noise=noise,
         on_run=lambda method, workload, b, r: err.print(
             f"[{r + 1}/{repeats}] {workload:>8} · batch {b:>2} · {method}", style="dim", highlight=False
         ),

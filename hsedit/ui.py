@@ -148,6 +148,11 @@ def bench_table(report) -> Table:
             f"{c.prefill_share:.0%}" if c.prefill_share is not None else "–",
             _exactness(c),
         )
+    table.caption = "  ".join(
+        f"{dtype}: greedy within {report.tolerance[dtype]:g} nats, the larger of its rounding bound and plain "
+        f"decoding's own largest margin shift in this run ({n.largest_shift:g} over {n.positions:,} positions)."
+        for dtype, n in report.noise.items()
+    ) or None
     return table
 
 

@@ -283,3 +283,23 @@ def test_a_hybrid_is_paired_with_its_better_part_round_by_round():
     assert PairedRatio(0.98, [0.9, 1.08]).trails is False
     row = next(r for r in report.as_dict()["rows"] if r["method"] == "hybrid")
     assert row["ratio_to_best_single"]["trails"] is True and len(row["ratio_to_best_single"]["rounds"]) == 3
+
+
+def test_the_tolerance_grows_to_the_noise_plain_decoding_shows_in_the_run():
+    """A margin shift is measured against every runner-up both computations list; the tolerance
+    is the dtype's rounding bound, or the largest shift plain decoding showed where larger."""
+    from hsedit.bench.judge import Noise, margin_shifts, tolerance_for
+    from hsedit.engine.engine import GREEDY_TOLERANCE
+
+    answer = [5, 6]
+    stepped = [{5: -0.1, 7: -2.5, 8: -3.0}, {6: -0.5, 9: -1.0}]
+    scored = [{5: -0.2, 7: -3.0, 9: -4.0}, {6: -0.75, 2: -0.7}]  # position 2 shares no runner-up
+    shifts = margin_shifts(answer, stepped, scored)
+    assert shifts == pytest.approx([0.4, 0.0])  # 2.4 apart when stepped, 2.8 when scored
+    bound = GREEDY_TOLERANCE["bfloat16"]
+    noise = Noise()
+    noise.add(shifts, bound)
+    noise.add([0.875], bound)
+    assert (noise.positions, noise.largest_shift, noise.over_bound) == (3, 0.875, 1)
+    assert tolerance_for("bfloat16", noise) == 0.875
+    assert tolerance_for("bfloat16", Noise(1, 0.125)) == bound == tolerance_for("bfloat16")

@@ -48,3 +48,28 @@ def test_the_hybrid_in_bf16_is_greedy_decoding_within_bf16_noise(prompts):
             f"token {gaps.index(max(gaps))} lies {max(gaps):.3g} nats below the top choice: not greedy decoding"
         )
     print(f"bf16: {identical} of {len(requests)} answers token-identical to plain decoding; worst gap {worst:.3g}")
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(machine_dtype() != "bfloat16", reason="bf16 is emulated on this machine: not its default dtype")
+def test_the_bench_measures_bf16_noise_from_plain_decodings_own_steps():
+    """Each greedy step's log-probabilities come back with the answer (the emitted token is its
+    step's top choice), and the bench scores every position of plain decoding's answers again
+    by one prefill: the run's noise, which the tolerance grows to."""
+    from dataclasses import replace
+
+    from hsedit.bench.judge import NOISE_TOP, tolerance_for
+    from hsedit.bench.run import _request, measure_noise
+    from hsedit.bench.workloads import builtin_workloads
+
+    plain = shared_engine(EngineOptions(drafter="none", dtype="bfloat16"))
+    light = builtin_workloads(["light"])[0]
+    small = type(light)("light", light.tasks[:2])
+    (result,) = plain.generate([replace(_request(plain, small.tasks[0]), logprobs=NOISE_TOP)])
+    assert len(result.logprobs) == len(result.token_ids) > 0
+    for token, scored in zip(result.token_ids, result.logprobs):
+        assert token in scored and scored[token] == max(scored.values())
+    noise = measure_noise(plain, [small], [1])
+    answers = [plain.generate([_request(plain, task)])[0].token_ids for task in small.tasks]
+    assert noise.positions == sum(map(len, answers))  # every token of every answer
+    assert tolerance_for("bfloat16", noise) == max(BF16_NOISE, noise.largest_shift)

@@ -5,9 +5,13 @@ rotates) and speed is reported as ratios from the same run. A batch size b runs 
 concurrently in one engine (the workload's tasks, repeated if there are fewer than b). Every
 output is judged against plain decoding of the same variant at the same batch size: token for
 token, and where it differs, by the plain engine's own log-probabilities (one prefill of prompt
-and answer) — greedy decoding within the dtype's tolerance (`GREEDY_TOLERANCE`: kernels that
-are not batch-invariant, and bf16's coarse rounding, can flip a near tie) or a drafter that
-changed the output, which is a bug, not a speedup.
+and answer) — greedy decoding within the dtype's tolerance (kernels that are not
+batch-invariant, and bf16's coarse rounding, can flip a near tie) or a drafter that changed the
+output, which is a bug, not a speedup. The tolerance is the dtype's rounding bound
+(`GREEDY_TOLERANCE`) or, where larger, the noise the run measures in plain decoding itself: after
+the timed rounds plain decoding runs once more keeping each step's log-probabilities, and every
+position is scored again by one prefill; the largest shift of a margin between the two is how
+far the dtype alone moves a choice (`judge.Noise`; `--no-noise` skips it).
 
 A method is a drafter name, optionally with its maximum draft and its engine variant, the
 target's dtype and/or vLLM's compiled mode: `hybrid@15`, `vllm-ngram@63`, `hybrid:float32`,

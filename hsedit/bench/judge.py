@@ -63,8 +63,46 @@ def judge_exactness(cell: Cell, outputs: Sequence[Output], plain_outputs: Sequen
             names.append(mine.task.name)
 
 
-def tolerance_for(dtype: str) -> float:
-    return GREEDY_TOLERANCE.get(dtype, GREEDY_TOLERANCE["bfloat16"])
+# Log-probabilities kept per position to measure the noise: the emitted token's margin to each
+# runner-up both computations list.
+NOISE_TOP = 3
+
+
+@dataclass
+class Noise:
+    """How far the dtype moves a choice on its own: plain decoding's answers, each position
+    computed by the step that wrote it and again by one prefill of prompt + answer; per position
+    the largest shift of the margin between the emitted token and a runner-up both list."""
+
+    positions: int = 0
+    largest_shift: float = 0.0  # nats
+    over_bound: int = 0  # positions past the dtype's rounding bound
+
+    def add(self, shifts: Sequence[float], bound: float) -> None:
+        self.positions += len(shifts)
+        self.largest_shift = max([self.largest_shift, *shifts])
+        self.over_bound += sum(not within_greedy_tolerance(s, bound) for s in shifts)
+
+
+def margin_shifts(answer_ids: Sequence[int], stepped: Sequence[dict[int, float]],
+                  scored: Sequence[dict[int, float]]) -> list[float]:
+    """Per answer position: the largest |shift| of the margin between the emitted token and any
+    other token listed by both `stepped` (the step's log-probabilities) and `scored` (the
+    prefill's); 0.0 where they share no runner-up."""
+    shifts = []
+    for token, step, prefill in zip(answer_ids, stepped, scored, strict=True):
+        shifts.append(max((abs((step[token] - step[other]) - (prefill[token] - prefill[other]))
+                           for other in step.keys() & prefill.keys() if other != token), default=0.0))
+    return shifts
+
+
+def tolerance_for(dtype: str, noise: Noise | None = None) -> float:
+    """How far below the top choice a token may lie and still be greedy decoding: the dtype's
+    rounding bound (`GREEDY_TOLERANCE`), or the noise plain decoding itself shows in this run
+    where that is larger (a verification step and a one-token step round no more alike than a
+    one-token step and a prefill do)."""
+    bound = GREEDY_TOLERANCE.get(dtype, GREEDY_TOLERANCE["bfloat16"])
+    return max(bound, noise.largest_shift) if noise is not None else bound
 
 
 @dataclass

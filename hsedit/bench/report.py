@@ -7,10 +7,14 @@ import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hsedit.bench.methods import method_name, variant_of
 from hsedit.drafting.chain import COPY, DSPARK, HYBRID, NO_DRAFTER, VLLM_NGRAM
 from hsedit.engine.provision import DrafterTarget
+
+if TYPE_CHECKING:
+    from hsedit.bench.judge import Noise
 
 
 @dataclass
@@ -130,6 +134,8 @@ class BenchReport:
 
     # per dtype: how far below the top choice an emitted token may lie and still be greedy
     tolerance: dict[str, float] = field(default_factory=dict)
+    # per dtype below float32 (greedy runs): plain decoding's own noise in this run (judge.Noise)
+    noise: dict[str, Noise] = field(default_factory=dict)
     temperature: float = 0.0  # above 0: every request sampled, seeded by its task's position
 
     @property
@@ -190,6 +196,8 @@ class BenchReport:
             "repeats": self.repeats,
             "exact": self.exact,
             "greedy_tolerance_nats": self.tolerance,
+            "plain_noise": {dtype: {"positions": n.positions, "largest_shift_nats": _round(n.largest_shift),
+                                    "over_rounding_bound": n.over_bound} for dtype, n in self.noise.items()},
             "temperature": self.temperature,
             "plain_step_ms": _round(self.plain_step_ms),
             "cost_tables_ms": self.cost_tables,

@@ -12,7 +12,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 
 from hsedit.apply import edit_request
-from hsedit.bench.judge import Output, judge_answer, judge_exactness, tolerance_for
+from hsedit.bench.judge import (
+    NOISE_TOP,
+    Noise,
+    Output,
+    judge_answer,
+    judge_exactness,
+    margin_shifts,
+    tolerance_for,
+)
 from hsedit.bench.methods import (
     DEFAULT_METHODS,
     UnavailableMethod,
@@ -40,9 +48,11 @@ def run_bench(
     engine_for: Callable[[str], Engine] | None = None,
     on_run: Callable[[str, str, int, int], None] | None = None,
     temperature: float = 0.0,
+    noise: bool = True,
 ) -> BenchReport:
     """Above temperature 0 every request samples with a seed of its own (its task's position in
-    the workload), the same for every method: plain decoding's answer is the reference."""
+    the workload), the same for every method: plain decoding's answer is the reference. Greedy
+    below float32, `noise` measures the dtype's own noise after the timed rounds (`measure_noise`)."""
     methods = _with_plain(methods)
     engines, skipped = start_engines(methods, engine_for or engine_for_method)
     machine_table = fastest_costs(engines.values())
@@ -63,9 +73,16 @@ def run_bench(
         cell.round_tokens.append(cell.tokens - tokens)
         cell.round_seconds.append(cell.seconds - seconds)
     answers = judge_plain_answers(workloads, outputs, batch_sizes[0], methods[0], repeats)
+    measured = {} if temperature > 0 or not noise else {
+        engine.options.resolved_dtype: measure_noise(engine, workloads, batch_sizes)
+        for method, engine in engines.items() if method_name(method) == NO_DRAFTER
+        and engine.options.resolved_dtype != "float32"
+    }
+    tolerance = {e.options.resolved_dtype: tolerance_for(e.options.resolved_dtype, measured.get(e.options.resolved_dtype))
+                 for e in engines.values()}
     for cell in cells.values():
         if cell.method in engines:
-            judge_outputs(cell, outputs, engines, repeats, sampled=temperature > 0)
+            judge_outputs(cell, outputs, engines, repeats, None if temperature > 0 else tolerance)
     price_machine_limit(cells.values(), engines)
     distances, refused, wrong = answers
     return BenchReport(
@@ -83,7 +100,8 @@ def run_bench(
             for method, e in engines.items() if e.cost_table is not None
         },
         dspark_targets={method: e.drafter_target for method, e in engines.items() if e.drafter_target is not None},
-        tolerance={e.options.resolved_dtype: tolerance_for(e.options.resolved_dtype) for e in engines.values()},
+        tolerance=tolerance,
+        noise=measured,
         temperature=temperature,
     )
 
@@ -239,16 +257,35 @@ def judge_plain_answers(workloads: Sequence[Workload], outputs: dict[tuple[str, 
     return distances, refused, wrong
 
 
+def measure_noise(plain: Engine, workloads: Sequence[Workload], batch_sizes: Sequence[int]) -> Noise:
+    """The dtype's own noise, untimed after the timed rounds: plain decoding runs every workload
+    once more at every batch size keeping each step's log-probabilities, and each answer is
+    scored again by one prefill (`judge.Noise`)."""
+    noise = Noise()
+    bound = tolerance_for(plain.options.resolved_dtype)
+    for workload in workloads:
+        for batch_size in batch_sizes:
+            for group in groups(workload.tasks, batch_size):
+                requests = [replace(_request(plain, task), logprobs=NOISE_TOP) for task in group]
+                for request, result in zip(requests, plain.generate(requests), strict=True):
+                    prompt = request.prompt
+                    prompt_ids = plain.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+                    scored = plain.answer_logprobs(prompt_ids, result.token_ids, NOISE_TOP)
+                    noise.add(margin_shifts(result.token_ids, result.logprobs, scored), bound)
+    return noise
+
+
 def judge_outputs(cell: Cell, outputs: dict[tuple[str, int, str], list[Output]], engines: dict[str, Engine],
-                  repeats: int, sampled: bool = False) -> None:
-    """The cell's output digest (first round) and its exactness against plain decoding."""
+                  repeats: int, tolerance: dict[str, float] | None) -> None:
+    """The cell's output digest (first round) and its exactness against plain decoding, within
+    its dtype's `tolerance` (None: sampled outputs, no tolerance applies)."""
     mine = outputs[(cell.workload, cell.batch_size, cell.method)]
     first_round = [o.generation.token_ids for o in mine[: len(mine) // repeats]]
     cell.output_sha256 = hashlib.sha256(json.dumps(first_round).encode()).hexdigest()
     plain_method = plain_for(cell.method)
     plain = engines[plain_method]
     reference = outputs[(cell.workload, cell.batch_size, plain_method)]  # the same groups, in the same order
-    judge_exactness(cell, mine, reference, plain, None if sampled else tolerance_for(plain.options.resolved_dtype))
+    judge_exactness(cell, mine, reference, plain, None if tolerance is None else tolerance[plain.options.resolved_dtype])
 
 
 def price_machine_limit(cells: Iterable[Cell], engines: dict[str, Engine]) -> None:

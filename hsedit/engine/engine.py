@@ -200,6 +200,7 @@ class Engine:
             max_tokens=request.max_tokens,
             seed=seed,
             stop=request.stop,
+            logprobs=request.logprobs or None,
             output_kind=RequestOutputKind.DELTA,
             skip_special_tokens=True,
             extra_args=extra_args or None,
@@ -324,6 +325,7 @@ class Engine:
             result.sources += event.sources
             result.stats = event.stats
             result.text += event.text
+            result.logprobs += event.logprobs
             if event.finished:
                 yield event.key, running.pop(event.key)
 
@@ -358,8 +360,10 @@ class Engine:
             tail = item.text.flush()
             if tail:
                 pieces.append((tail, sources[-1] if sources else TARGET))
+        logprobs = [{int(t): entry.logprob for t, entry in scored.items()} for scored in completion.logprobs or ()]
         return StepEvent(
-            item.key, output.request_id, new_ids, sources, pieces, completion.text, output.finished, step, item.stats
+            item.key, output.request_id, new_ids, sources, pieces, completion.text, output.finished, step, item.stats,
+            logprobs,
         )
 
     def _stopped_in_loop(self, item: _Tracked, event: StepEvent, now: float) -> StepEvent:

@@ -30,6 +30,9 @@ class GenerationRequest:
     # Stop the answer once it ends in a loop (engine/repetition.py) that `prediction` does not
     # hold, finish reason "repetition": for answers that rewrite a text, where a loop is a runaway.
     stop_repeating: bool = False
+    # Per answer token, the log-probabilities of the step that computed it: of the token and of
+    # the `logprobs` top choices there (0: none kept). What the bench measures the dtype's noise by.
+    logprobs: int = 0
 
 
 @dataclass
@@ -48,6 +51,7 @@ class StepEvent:
     finished: bool  # the request's last event: stop, stop string or max_tokens reached
     record: StepRecord  # this step's record: chain verified, drafted, matched (the last of `stats.steps`)
     stats: RequestStats  # the request's stats so far (the same object on every event: it keeps growing)
+    logprobs: list[dict[int, float]] = field(default_factory=list)  # per token, with `GenerationRequest.logprobs`
 
 
 @dataclass
@@ -59,3 +63,4 @@ class Generation:
     sources: list[str] = field(default_factory=list)
     text: str = ""
     stats: RequestStats = field(default_factory=RequestStats)
+    logprobs: list[dict[int, float]] = field(default_factory=list)  # per token, with `GenerationRequest.logprobs`
