@@ -109,7 +109,8 @@ def _paired(ratio) -> str:
     if ratio.interval is None:
         return f"{ratio.whole:.2f}x"
     low, high = ratio.interval
-    return f"{ratio.whole:.2f}x ({low:.2f}–{high:.2f}{', trails' if ratio.trails else ''})"
+    verdict = ", trails" if ratio.trails else "" if ratio.same_answers else ", other answers"
+    return f"{ratio.whole:.2f}x ({low:.2f}–{high:.2f}{verdict})"
 
 
 def bench_table(report) -> Table:

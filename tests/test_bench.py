@@ -283,6 +283,11 @@ def test_a_hybrid_is_paired_with_its_better_part_round_by_round():
     assert PairedRatio(0.98, [0.9, 1.08]).trails is False
     row = next(r for r in report.as_dict()["rows"] if r["method"] == "hybrid")
     assert row["ratio_to_best_single"]["trails"] is True and len(row["ratio_to_best_single"]["rounds"]) == 3
+    assert row["ratio_to_best_single"]["same_answers"] is True
+    # answers of another length in a round (a near tie parted the paths): different work, no verdict
+    longer = cell("hybrid", [100, 130, 100], [1.1, 1.75, 1.1])
+    other = BenchReport([copy, dspark, longer], {}, {}, {}, {}, [4], 3, []).ratio_to_best_single(longer)
+    assert other.interval[1] < 1.0 and not other.same_answers and other.trails is None
 
 
 def test_the_tolerance_grows_to_the_noise_plain_decoding_shows_in_the_run():

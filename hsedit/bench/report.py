@@ -177,7 +177,8 @@ class BenchReport:
             return None
         rounds = zip(cell.round_tokens, cell.round_seconds, best.round_tokens, best.round_seconds)
         return PairedRatio(cell.tokens_per_second / best.tokens_per_second,
-                           [(t / s) / (bt / bs) for t, s, bt, bs in rounds if t and s and bt and bs])
+                           [(t / s) / (bt / bs) for t, s, bt, bs in rounds if t and s and bt and bs],
+                           same_answers=cell.round_tokens == best.round_tokens)
 
     def ratio(self, cell: Cell, baseline: str) -> float | None:
         """Against `baseline` (a drafter name) in the cell's own variant (dtype, mode)."""
@@ -255,6 +256,10 @@ class PairedRatio:
 
     whole: float
     rounds: list[float] = field(default_factory=list)
+    # Both wrote answers of the same length in every round. Where they did not (greedy paths
+    # parted at a near tie, which bf16 makes), their token rates time different work: on a mixed
+    # batch a chat answer 100 tokens longer adds 100 slow steps, whatever the drafter.
+    same_answers: bool = True
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -268,13 +273,15 @@ class PairedRatio:
 
     @property
     def trails(self) -> bool | None:
-        """Below 1.0 beyond the rounds' noise (None: one round cannot tell)."""
-        return None if self.interval is None else self.interval[1] < 1.0
+        """Below 1.0 beyond the rounds' noise (None: one round cannot tell, nor rounds of
+        different answers)."""
+        return None if self.interval is None or not self.same_answers else self.interval[1] < 1.0
 
     def as_dict(self) -> dict:
         interval = self.interval
         return {"whole": _round(self.whole), "rounds": [_round(r) for r in self.rounds],
-                "interval_95": [_round(v) for v in interval] if interval else None, "trails": self.trails}
+                "interval_95": [_round(v) for v in interval] if interval else None, "trails": self.trails,
+                "same_answers": self.same_answers}
 
 
 def _as_dict(ratio: PairedRatio | None) -> dict | None:
