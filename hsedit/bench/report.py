@@ -214,6 +214,8 @@ class BenchReport:
                     "skipped": c.skipped,
                     "tokens": c.tokens,
                     "seconds": round(c.seconds, 3),
+                    "round_tokens": c.round_tokens,
+                    "round_seconds": [round(s, 3) for s in c.round_seconds],
                     "tokens_per_second": round(c.tokens_per_second, 3),
                     "ratio_to_plain": _round(self.ratio(c, NO_DRAFTER)),
                     "ratio_to_dspark": _round(self.ratio(c, DSPARK)),
