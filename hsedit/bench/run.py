@@ -73,11 +73,11 @@ def run_bench(
         cell.round_tokens.append(cell.tokens - tokens)
         cell.round_seconds.append(cell.seconds - seconds)
     answers = judge_plain_answers(workloads, outputs, batch_sizes[0], methods[0], repeats)
-    measured = {} if temperature > 0 or not noise else {
-        engine.options.resolved_dtype: measure_noise(engine, workloads, batch_sizes)
-        for method, engine in engines.items() if method_name(method) == NO_DRAFTER
-        and engine.options.resolved_dtype != "float32"
-    }
+    measured: dict[str, Noise] = {}
+    for method, engine in engines.items():  # each plain engine below float32 (eager, compiled) adds to its dtype's
+        dtype = engine.options.resolved_dtype
+        if noise and temperature == 0 and method_name(method) == NO_DRAFTER and dtype != "float32":
+            measure_noise(engine, workloads, batch_sizes, measured.setdefault(dtype, Noise()))
     tolerance = {e.options.resolved_dtype: tolerance_for(e.options.resolved_dtype, measured.get(e.options.resolved_dtype))
                  for e in engines.values()}
     for cell in cells.values():
@@ -257,11 +257,12 @@ def judge_plain_answers(workloads: Sequence[Workload], outputs: dict[tuple[str, 
     return distances, refused, wrong
 
 
-def measure_noise(plain: Engine, workloads: Sequence[Workload], batch_sizes: Sequence[int]) -> Noise:
+def measure_noise(plain: Engine, workloads: Sequence[Workload], batch_sizes: Sequence[int],
+                  noise: Noise | None = None) -> Noise:
     """The dtype's own noise, untimed after the timed rounds: plain decoding runs every workload
     once more at every batch size keeping each step's log-probabilities, and each answer is
-    scored again by one prefill (`judge.Noise`)."""
-    noise = Noise()
+    scored again by one prefill (`judge.Noise`), added into `noise` (default: a new one)."""
+    noise = Noise() if noise is None else noise
     bound = tolerance_for(plain.options.resolved_dtype)
     for workload in workloads:
         for batch_size in batch_sizes:
