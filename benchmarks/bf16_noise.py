@@ -20,9 +20,7 @@ def run_group(engine, tasks):
     requests = [replace(_request(engine, task), logprobs=NOISE_TOP) for task in tasks]
     results = []
     for request, result in zip(requests, engine.generate(requests), strict=True):
-        prompt = request.prompt
-        prompt_ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        results.append((prompt_ids, result.token_ids, result.logprobs))
+        results.append((engine.token_ids(request.prompt), result.token_ids, result.logprobs))
     return results
 
 

@@ -214,6 +214,9 @@ class _ScoredEngine:
     def __init__(self, gaps):
         self.gaps, self.tokenizer = gaps, None
 
+    def token_ids(self, prompt):
+        return list(prompt)
+
     def greedy_gaps(self, prompt_ids, answer_ids):
         return self.gaps[tuple(answer_ids)]
 

@@ -49,8 +49,7 @@ def judge_exactness(cell: Cell, outputs: Sequence[Output], plain_outputs: Sequen
             if mine.task.name not in cell.sampled_differs:
                 cell.sampled_differs.append(mine.task.name)
             continue
-        prompt = mine.request.prompt
-        prompt_ids = plain.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        prompt_ids = plain.token_ids(mine.request.prompt)
         gaps = plain.greedy_gaps(prompt_ids, mine.generation.token_ids)
         worst = max(gaps, default=0.0)
         cell.worst_gap = max(cell.worst_gap, worst)

@@ -269,9 +269,7 @@ def measure_noise(plain: Engine, workloads: Sequence[Workload], batch_sizes: Seq
             for group in groups(workload.tasks, batch_size):
                 requests = [replace(_request(plain, task), logprobs=NOISE_TOP) for task in group]
                 for request, result in zip(requests, plain.generate(requests), strict=True):
-                    prompt = request.prompt
-                    prompt_ids = plain.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-                    scored = plain.answer_logprobs(prompt_ids, result.token_ids, NOISE_TOP)
+                    scored = plain.answer_logprobs(plain.token_ids(request.prompt), result.token_ids, NOISE_TOP)
                     noise.add(margin_shifts(result.token_ids, result.logprobs, scored), bound)
     return noise
 

@@ -34,9 +34,8 @@ def _renamed(source: Source, old: str, new: str, scope: str | None) -> str:
     if scope:
         ranges = [(n.start_byte, n.end_byte) for n in
                   _definitions(source, scope, ("function_definition", "class_definition"))]
-    spans = [(t.start, t.end) for t in source.tokens
+    spans = [(t.start, t.end, new) for t in source.tokens
              if t.type == "identifier" and t.text == old and any(a <= t.start and t.end <= b for a, b in ranges)]
-    spans = [(a, b, new) for a, b in spans]
     if not scope:
         spans += [(n.start_byte, n.end_byte, source.node_text(n).replace(old, new)) for n in exported_strings(source, old)]
     return _replaced(source.data, spans)

@@ -158,6 +158,10 @@ class Engine:
         return [{t: entry.logprob for t, entry in finished.prompt_logprobs[position].items()}
                 for position in range(len(prompt_ids), len(full))]
 
+    def token_ids(self, text_or_ids: str | Sequence[int]) -> list[int]:
+        """A prompt or prediction as token ids: text tokenized, ids as they are."""
+        return self.tokenizer.encode(text_or_ids) if isinstance(text_or_ids, str) else list(text_or_ids)
+
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))
 
@@ -180,15 +184,11 @@ class Engine:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        prompt_ids = (
-            list(request.prompt) if not isinstance(request.prompt, str) else self.tokenizer.encode(request.prompt)
-        )
+        prompt_ids = self.token_ids(request.prompt)
         extra_args = {}
         if request.prediction and self.proposer is not None:
             # The copy drafter's predicted output travels with the request to whichever process drafts.
-            prediction = request.prediction
-            ids = self.tokenizer.encode(prediction) if isinstance(prediction, str) else list(prediction)
-            extra_args[vllm_proposer.PREDICTION_ARG] = [int(t) for t in ids]
+            extra_args[vllm_proposer.PREDICTION_ARG] = [int(t) for t in self.token_ids(request.prediction)]
         temperature, seed = request.temperature, request.seed
         if temperature > 0 and seeds_sampling(self.options.drafter):
             # vLLM sees a greedy request; the runner pins each step's logits to the request's draw.
