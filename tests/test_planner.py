@@ -280,6 +280,61 @@ def test_failed_resync_guesses_are_learnt_apart_from_the_copies():
     assert state.copy_offset.value >= 0.0
 
 
+def _hybrid_planner(step_costs: tuple[list[int], list[float]], max_draft: int = 15):
+    from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
+    from hsedit.drafting.hybrid import HybridSelector
+
+    copy_acceptance = CopyAcceptanceModel.load(Path(__file__).parent.parent / "hsedit" / "models" / "copy-acceptance.json")
+    selector = HybridSelector(max_batch_tokens=256)
+    selector.set_costs(*step_costs)
+    return DraftPlanner(copy_acceptance=copy_acceptance, selector=selector, max_draft=max_draft)
+
+
+def test_a_copy_chain_the_price_turned_down_is_judged_all_the_same():
+    """At temperature 0 the target's next tokens judge any chain proposed, verified or not: a
+    request whose copies are priced out still learns how they would have fared, so a distrust
+    (its own or one learnt from finished requests) cannot keep it from the evidence."""
+    planner = _hybrid_planner(([1, 2, 64], [0.030, 3.0, 100.0]))  # a draft slot costs 100 steps
+    text = list(range(1, 11)) * 4
+    context = text[:13]
+    (draft,) = planner.step([row("a", context, [context[-1]])])
+    assert draft == [], "the price should turn every copy down"
+    for _ in range(3):  # the answer does repeat itself: every copy would have been kept
+        emitted = [text[len(context)]]
+        context = context + emitted
+        (draft,) = planner.step([row("a", context, emitted)])
+        assert draft == []
+    offset = planner._states["a"].copy_offset
+    assert offset.observed >= 3 and offset.value > 0
+
+
+def test_resync_guesses_start_from_what_recent_guesses_of_their_kind_showed():
+    """Chat's resync guesses are rarely kept: a new request without a reference starts from the
+    distrust the recent guesses of such requests showed; one with a reference (an edit) does not."""
+    planner = _hybrid_planner(([1, 2, 64], [0.030, 0.031, 0.060]))
+    text = list(range(1, 11)) * 3
+    context = text[:14]
+    planner.step([row("chat", context, [context[-1]])])
+    fresh = iter(range(100, 200))
+    for _ in range(12):
+        state = planner._states["chat"]
+        pending = state.pending
+        if pending is not None and not pending.copy_features.resumed:
+            emitted = pending.tokens + [next(fresh)]  # copies kept, then the answer moves on
+        else:
+            emitted = [next(fresh)]  # every guess wrong
+        context = context + emitted
+        planner.step([row("chat", context, emitted)])
+    learnt = planner._states["chat"].resume_offset.value
+    assert learnt < -0.5
+    planner.release("chat")
+    planner.step([row("next chat", [5, 5, 5], [5])])
+    assert planner._states["next chat"].resume_offset.prior == pytest.approx(planner._resume_pool[False].value)
+    assert planner._resume_pool[False].value < -0.5
+    planner.seed_prediction("edit", text)
+    assert planner._states["edit"].resume_offset.prior == 0.0
+
+
 def _dspark_passes(keeps: bool, steps: int = 80, pass_seconds: float = 0.001, prompt_tokens: int = 3,
                    row_seconds: float | None = None, **drafter) -> int:
     """DSpark passes a hybrid planner runs for one request over `steps` steps of text it cannot
