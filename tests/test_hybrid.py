@@ -418,3 +418,32 @@ def test_the_drafting_plan_leaves_out_only_requests_it_would_never_run_for(copy,
     without = price(selector.step_seconds, rows, copy_survival.reshape(-1))
     full = model_drafting_mask(copy_survival, pad(estimates, 8), without, selector.draft_seconds[: rows + 1])
     assert selector.plan_model_drafting(chains, estimates) == full.tolist()
+
+
+# survival exact in float32 (multiples of 1/256), so the tensor path and the Python one see the
+# same numbers
+exact_chain_strategy = st.lists(st.integers(1, 256), min_size=0, max_size=12).map(
+    lambda c: [v / 256 for v in sorted(c, reverse=True)]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(exact_chain_strategy, min_size=1, max_size=8), st.floats(0.0005, 0.01))
+def test_a_step_of_copy_chains_only_is_selected_as_the_tensor_code_does(chains, per_token):
+    """Copy chains alone are priced and cut in Python floats: the same chains come out as the
+    price, the cut above it and the batch allocation in tensor code give."""
+    selector = HybridSelector(max_batch_tokens=299)
+    costs = linear_costs(per_token=per_token)
+    selector.step_seconds = costs
+    features = CopyFeatures(match_len=4, num_candidates=1, candidates_agree=True, source_distance=10)
+    candidates = [[DraftChain(COPY, list(range(len(s))), copy_features=features, survival=s)] if s else []
+                  for s in chains]
+    got = [len(c) if c is not None else 0 for c in selector.select(candidates)]
+    length = max(len(s) for s in chains) or 1
+    survival = pad(chains, length)  # [R, L]
+    expected_price = price(costs, len(chains), survival.reshape(-1))
+    kept = (survival > expected_price.per_token).sum(dim=-1)
+    slots = torch.arange(length)
+    scores = torch.where(slots[None, :] < kept[:, None], survival, float("-inf"))
+    assert got == allocate(scores, expected_price.budget).tolist()
+    assert selector.last_price == (expected_price if any(chains) else None)

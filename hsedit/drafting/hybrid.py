@@ -28,6 +28,8 @@ drafters run only changes which chains exist, never what the target emits.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -47,22 +49,26 @@ class Price:
 def price(
     step_seconds: torch.Tensor,  # [max_tokens + 1] T(B) for B = 0..max_tokens scheduled tokens
     num_requests: int,
-    scores: torch.Tensor,  # [N] survival of candidate slots (any order; -inf = none)
+    scores: torch.Tensor | Sequence[float],  # [N] survival of candidate slots (any order; -inf = none)
     draft_seconds: float = 0.0,  # D: drafting time of this step, paid whatever K is
 ) -> Price:
     if num_requests <= 0:
         return Price(0.0, 0)
-    finite = scores[torch.isfinite(scores)]
-    ordered = torch.sort(finite, descending=True).values  # [N']
+    # In Python floats: a batch has a few hundred candidate slots at most, and between the
+    # target's steps each tensor op costs tens of microseconds (seen: 0.25 ms a call as tensor
+    # code, 1.5% of a bf16 step at batch 4).
+    values = scores.tolist() if isinstance(scores, torch.Tensor) else scores
+    ordered = sorted((s for s in values if math.isfinite(s)), reverse=True)  # [N'] best first
     max_k = min(len(ordered), len(step_seconds) - 2 - num_requests)
     if max_k < 0:  # not even one more token fits in a step
         return Price(float("inf"), 0)
-    gained = torch.nn.functional.pad(torch.cumsum(ordered[:max_k], 0), (1, 0))  # [max_k + 1] S_K
-    times = step_seconds[num_requests : num_requests + max_k + 2] + draft_seconds  # [max_k + 2] T(R + K) + D
-    goodput = (num_requests + gained) / times[: max_k + 1]
-    best = int(torch.argmax(goodput))  # first maximum: the smallest K that earns it
-    # Read out once: between the target's steps each tensor op costs tens of microseconds.
-    theta, t = goodput.tolist(), times.tolist()
+    t = [s + draft_seconds for s in step_seconds[num_requests : num_requests + max_k + 2].tolist()]  # [max_k + 2] T(R + K) + D
+    theta, gained = [], 0.0  # goodput Theta(K) = (R + S_K) / (T(R + K) + D) for K = 0..max_k
+    for k in range(max_k + 1):
+        theta.append((num_requests + gained) / t[k])
+        if k < max_k:
+            gained += ordered[k]
+    best = max(range(max_k + 1), key=theta.__getitem__)  # first maximum: the smallest K that earns it
     if best == 0:  # what the first slot would have to earn
         per_token = theta[0] * (t[1] - t[0])
     else:  # the break-even of the last admitted slot: every admitted slot clears it
@@ -249,13 +255,12 @@ class HybridSelector:
             return [None] * len(candidates)
         copy = [_by_source(chains, COPY) for chains in candidates]
         neural = [_by_source(chains, DSPARK) for chains in candidates]
+        if all(n is None for n in neural):
+            return self._select_copies(copy, drafted_for)
         length = max([len(c) for chains in candidates for c in chains] or [1])
         copy_survival = pad([_survival(c) for c in copy], length)  # [R, L]
-        if any(n is not None for n in neural):
-            survival = torch.stack([copy_survival, pad([_survival(n) for n in neural], length)], dim=1)
-            best_slots = survival.amax(dim=1)  # [R, L]
-        else:  # copy chains only (the DSpark pass was skipped): nothing to choose between
-            survival, best_slots = None, copy_survival
+        survival = torch.stack([copy_survival, pad([_survival(n) for n in neural], length)], dim=1)  # [R, 2, L]
+        best_slots = survival.amax(dim=1)  # [R, L]
         # The price is sized on this step's own candidates: their survival is fixed before the
         # target sees any draft token, and vLLM verifies every chain one-hot, so exactness holds.
         if self.step_seconds is None:
@@ -265,20 +270,15 @@ class HybridSelector:
         self.last_price = current
         choose_op, allocate_op = _operations(self.device)
         slots = torch.arange(length, device=self.device)
-        if survival is None:
-            chosen = [0] * len(candidates)
-            kept_scores = copy_survival.to(self.device)
-            kept = (kept_scores > current.per_token).sum(dim=-1)  # [R] a prefix: survival decreases
-        else:
-            survival = survival.to(self.device)  # [R, 2, L]: the copy chain first, so ties go to it
-            prefer = torch.tensor(
-                [0 if c is not None and n is not None and c.tokens[: len(n)] == n.tokens else -1
-                 for c, n in zip(copy, neural)],
-                device=self.device,
-            )
-            chosen_t, kept = choose_op(survival, current.per_token, prefer)
-            kept_scores = survival[torch.arange(len(candidates), device=self.device), chosen_t]  # [R, L]
-            chosen = chosen_t.tolist()
+        survival = survival.to(self.device)  # [R, 2, L]: the copy chain first, so ties go to it
+        prefer = torch.tensor(
+            [0 if c is not None and n is not None and c.tokens[: len(n)] == n.tokens else -1
+             for c, n in zip(copy, neural)],
+            device=self.device,
+        )
+        chosen_t, kept = choose_op(survival, current.per_token, prefer)
+        kept_scores = survival[torch.arange(len(candidates), device=self.device), chosen_t]  # [R, L]
+        chosen = chosen_t.tolist()
         kept_scores = torch.where(slots[None, :] < kept[:, None], kept_scores, NEG_INF)
         admitted = allocate_op(kept_scores, current.budget).tolist()
         out: list[DraftChain | None] = []
@@ -286,6 +286,23 @@ class HybridSelector:
             chain = (copy[i], neural[i])[chosen[i]]
             out.append(_truncated(chain, n) if chain is not None and n > 0 else None)
         return out
+
+
+    def _select_copies(self, copy: list[DraftChain | None], drafted_for: int) -> list[DraftChain | None]:
+        """`select` where only copy chains were proposed (no DSpark pass this step, the common
+        case): nothing to choose between, so the price and each request's slots above it in
+        Python floats (tensor ops between the target's steps cost more than the maths here)."""
+        survival = [_survival(c) for c in copy]  # [R][len of its chain]
+        if self.step_seconds is None:
+            current = Price(0.0, sum(len(s) for s in survival))
+        else:
+            current = price(self.step_seconds, len(copy), [a for s in survival for a in s], self.drafting_cost(drafted_for))
+        self.last_price = current
+        kept = [sum(1 for a in s if a > current.per_token) for s in survival]  # [R] a prefix: survival decreases
+        if sum(kept) > current.budget:  # more kept slots than the batch should verify: the best of them
+            allocate_op = _operations(self.device)[1]
+            kept = allocate_op(pad([s[:k] for s, k in zip(survival, kept)], max(kept)).to(self.device), current.budget).tolist()
+        return [_truncated(c, k) if c is not None and k > 0 else None for c, k in zip(copy, kept)]
 
 
 def _dominates(chain: DraftChain | None, estimate: list[float]) -> bool:
