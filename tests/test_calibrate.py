@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from hsedit.cli import app
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
-from hsedit.train.calibrate import EditPrompt, calibrate, split_prompts, verified_copy_chains
+from hsedit.train.calibrate import EditPrompt, calibrate, edit_prompts_from_heldout, split_prompts, verified_copy_chains
 
 runner = CliRunner()
 
@@ -55,6 +55,21 @@ def test_calibrate_fits_and_reports_on_general_and_edit_data(copy_engine, tmp_pa
     path = tmp_path / "copy.json"
     model.save(path)
     assert CopyAcceptanceModel.load(path) == model
+
+
+@pytest.mark.engine
+def test_held_out_edits_carry_the_prediction_apply_sends(copy_engine):
+    """A rename's or a constant's edit is calibrated with its predicted answer as the reference,
+    as `hsedit apply` sends it, not the file it edits (which its prompt holds verbatim)."""
+    from hsedit.edit.intent import Rename, SetConstant, parse_intent
+    from hsedit.train.finetune.dataset import HELDOUT, load
+
+    prompts = edit_prompts_from_heldout(copy_engine, 80)
+    predicted = [p for p in prompts if p.reference not in p.prompt]
+    mechanical = sum(isinstance(parse_intent(e.instruction, e.update), Rename | SetConstant)
+                     for e in load(HELDOUT, split="eval"))
+    assert mechanical, "the held-out set has no rename or constant: nothing was tested"
+    assert predicted, "no held-out edit was calibrated with its predicted answer"
 
 
 def test_calibrate_without_prompt_files_is_a_usage_error(tmp_path):

@@ -3,9 +3,10 @@
 The target answers general prompts (chat, problem statements, code prompts; never editing
 data) through the copy drafter alone, with full 15-token chains; every verified chain is a
 training row. A fifth of the prompts is held out. Edit prompts are then run the same way, each
-with the code it edits as its predicted output: on four fifths one logit shift is fit, what a
-request with a reference starts from (an edit copies what its answer repeats, so its copies
-survive more often than the coefficients say), and the rest scores it.
+with the predicted output `hsedit apply` sends (the intent's mechanical part done, else the code
+it edits): on four fifths one logit shift is fit, what a request with a reference starts from
+(an edit copies what its answer repeats, so its copies survive more often than the coefficients
+say), and the rest scores it.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def split_prompts(prompts: Sequence[str], heldout_fraction: float = 0.2) -> tupl
 @dataclass(frozen=True)
 class EditPrompt:
     prompt: str  # the rendered apply prompt
-    reference: str  # the code it edits: the answer's predicted output, as `hsedit apply` sends it
+    reference: str  # the answer's predicted output, as `hsedit apply` sends it
 
 
 def calibrate(
@@ -151,14 +152,19 @@ def read_general_prompts(paths: Sequence[Path], limit: int | None, seed: int = 0
 
 
 def edit_prompts_from_heldout(engine: Engine, limit: int) -> list[EditPrompt]:
-    """Apply prompts for the shipped held-out edits, with the code each edits (the apply model
-    is never fit on them)."""
+    """Apply prompts for the shipped held-out edits (the apply model is never fit on them), each
+    with the predicted output `hsedit apply` sends: the intent's mechanical part done where it
+    has one, else the code it edits."""
+    from hsedit.edit.intent import parse_intent
+    from hsedit.edit.predict import predicted_answer
     from hsedit.edit.prompt import ApplyPrompt
     from hsedit.train.finetune.dataset import HELDOUT, load
 
     examples = load(HELDOUT, split="eval")
     random.Random(0).shuffle(examples)
-    return [
-        EditPrompt(ApplyPrompt.build(e.path, e.before, e.instruction, e.update).render(engine.tokenizer), e.before)
-        for e in examples[:limit]
-    ]
+    prompts = []
+    for e in examples[:limit]:
+        predicted = predicted_answer(parse_intent(e.instruction, e.update), e.before)
+        prompt = ApplyPrompt.build(e.path, e.before, e.instruction, e.update).render(engine.tokenizer)
+        prompts.append(EditPrompt(prompt, predicted if predicted is not None else e.before))
+    return prompts
