@@ -7,7 +7,13 @@ from typer.testing import CliRunner
 
 from hsedit.cli import app
 from hsedit.drafting.copy_acceptance import CopyAcceptanceModel
-from hsedit.train.calibrate import EditPrompt, calibrate, edit_prompts_from_heldout, split_prompts, verified_copy_chains
+from hsedit.train.calibrate import (
+    EditPrompt,
+    calibrate,
+    edit_prompts_from_heldout,
+    split_prompts,
+    verified_copy_chains,
+)
 
 runner = CliRunner()
 
