@@ -16,6 +16,7 @@ from hsedit.drafting.copy_acceptance import (
     RequestOffset,
     VerifiedChain,
     fit_model,
+    judged_labels,
     labelled_positions,
     map_offset,
     position_features,
@@ -349,15 +350,16 @@ def test_a_requests_copy_estimates_follow_what_its_verification_shows():
     f = CopyFeatures(match_len=4, num_candidates=2, candidates_agree=True, source_distance=120)
     kept, cut = RequestOffset(), RequestOffset()
     for _ in range(3):
-        kept.observe(model, VerifiedChain(f, drafted=12, accepted=12))
-        cut.observe(model, VerifiedChain(f, drafted=12, accepted=0))
+        kept.observe_logits(model.logits(f, 12), judged_labels(VerifiedChain(f, drafted=12, accepted=12)))
+        cut.observe_logits(model.logits(f, 1), judged_labels(VerifiedChain(f, drafted=12, accepted=0)))
     base = model.survival(f, 12)
     assert model.survival(f, 12, 0.0) == base
     assert all(a > b for a, b in zip(model.survival(f, 12, kept.value), base))
     assert model.survival(f, 12, kept.value)[-1] > 0.5 > base[-1]  # three steps move the 12th slot from 0.32
     assert all(a < b for a, b in zip(model.survival(f, 12, cut.value), base))
     nothing = RequestOffset(prior=0.5)
-    assert nothing.observe(model, VerifiedChain(f, drafted=0, accepted=0)) == 0.5  # nothing verified, nothing learnt
+    nothing_verified = judged_labels(VerifiedChain(f, drafted=0, accepted=0))
+    assert nothing.observe_logits(model.logits(f, 0), nothing_verified) == 0.5  # nothing verified, nothing learnt
 
 
 @settings(max_examples=100, deadline=None)
@@ -373,7 +375,8 @@ def test_the_closed_form_logits_are_the_design_rows_times_the_coefficients(match
     rows, labels, _ = labelled_positions([chain])
     by_rows = RequestOffset(prior=0.2)
     by_rows.observe_logits(rows @ np.asarray(coefficients), labels)
-    assert RequestOffset(prior=0.2).observe(model, chain) == pytest.approx(by_rows.value, abs=1e-9)
+    by_logits = RequestOffset(prior=0.2).observe_logits(model.logits(f, len(labels)), labels)
+    assert by_logits == pytest.approx(by_rows.value, abs=1e-9)
 
 
 def test_the_offset_is_the_minimum_of_its_penalised_log_loss():

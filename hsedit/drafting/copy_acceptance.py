@@ -150,11 +150,6 @@ class RequestOffset:
         """Judged positions it is fit on now."""
         return len(self._labels)
 
-    def observe(self, model: CopyAcceptanceModel, chain: VerifiedChain) -> float:
-        """Add one verified chain's judged positions and refit; returns the new offset."""
-        labels = judged_labels(chain)
-        return self.observe_logits(model.logits(chain.features, len(labels)), labels)
-
     def observe_logits(self, logits: np.ndarray, labels: np.ndarray) -> float:
         """Add judged positions as the model's logits [n] and outcomes [n] (1 kept, 0 not), refit."""
         if not len(labels):

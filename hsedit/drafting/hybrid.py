@@ -287,7 +287,6 @@ class HybridSelector:
             out.append(_truncated(chain, n) if chain is not None and n > 0 else None)
         return out
 
-
     def _select_copies(self, copy: list[DraftChain | None], drafted_for: int) -> list[DraftChain | None]:
         """`select` where only copy chains were proposed (no DSpark pass this step, the common
         case): nothing to choose between, so the price and each request's slots above it in
