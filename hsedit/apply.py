@@ -16,7 +16,7 @@ from hsedit.edit.extract import extract_file
 from hsedit.edit.files import SourceFile, check_writable, read_source, write_if_unchanged
 from hsedit.edit.guard import DEFAULT_MAX_DELETION, GuardVerdict, check_answer
 from hsedit.edit.intent import Intent, answer_growth_bound, parse_intent
-from hsedit.edit.predict import predicted_answer
+from hsedit.edit.predict import answer_reference
 from hsedit.edit.prompt import CLOSING_FENCE, ApplyPrompt
 from hsedit.edit.validate import Validation, validate
 from hsedit.engine.repetition import REPETITION
@@ -148,17 +148,14 @@ def edit_request(
 ) -> GenerationRequest:
     """The generation request for an edit; refuses files that do not fit the context."""
     prompt_ids = engine.tokenizer.encode(job.prompt.render(engine.tokenizer))
-    file_ids = engine.tokenizer.encode(job.source.text)  # its length, and the prediction below
-    file_tokens = len(file_ids)
+    file_tokens = len(engine.tokenizer.encode(job.source.text))
     # the answer repeats the file, and a little room beyond it keeps a near-full context useful
     room = engine.answer_room(prompt_ids, file_tokens + 16, f"{job.display_path} is too long for the model's context")
     intent = parse_intent(job.instruction, job.update)
     budget = max_tokens or answer_budget(intent, job.source.text, file_tokens)
-    # The answer's reference (a Predicted Output): the file with the intent's mechanical part
-    # done where it has one, else the file. The copy drafter trusts its copies as an edit's from
-    # the first step, where general text's would be cut short.
-    predicted = predicted_answer(intent, job.source.text)
-    prediction = engine.tokenizer.encode(predicted) if predicted is not None else file_ids
+    # The answer's reference (a Predicted Output): the copy drafter trusts its copies as an
+    # edit's from the first step, where general text's would be cut short.
+    prediction = engine.tokenizer.encode(answer_reference(intent, job.source.text))
     return GenerationRequest(prompt_ids, max_tokens=min(budget, room), temperature=temperature, seed=seed,
                              stop=[FENCE_STOP], prediction=prediction, stop_repeating=True)
 

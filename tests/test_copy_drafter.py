@@ -55,6 +55,56 @@ def test_draft_stops_at_the_end_of_the_context_and_at_max_tokens():
     assert index.propose(max_tokens=0) is None
 
 
+def test_a_seeded_reference_wins_an_equal_match_and_is_never_copied_past_its_end():
+    """The reference is the predicted answer: on an equal match it is copied from rather than the
+    (more recent) original in the prompt, and a copy stops at its end, not in the prompt after it."""
+    reference = [1, 2, 3, 60, 4, 5]  # 60: the new name
+    index = CopyIndex(min_match=3)
+    index.seed(reference)
+    index.extend([7, 1, 2, 3, 50, 4, 5, 8, 9] + [1, 2, 3])  # the prompt (the original, 50), the answer so far
+    chain = index.propose(15)
+    assert chain.tokens == [60, 4, 5]  # not [50, 4, 5, 8, ...] from the prompt, not on into it
+    assert chain.source_start == 3
+    index.extend([60, 4, 5])  # the answer is the whole reference: nothing more is predicted
+    assert index.propose(15) is None
+    unseeded = CopyIndex(min_match=3)
+    unseeded.extend(reference + [7, 1, 2, 3, 50, 4, 5, 8, 9] + [1, 2, 3])
+    assert unseeded.propose(15).tokens[:2] == [50, 4]  # without a seed the most recent wins
+
+
+def test_lengths_are_compared_over_the_answer_only():
+    """The prompt's copy of the code and the answer both open with a fence, so the prompt matches
+    the answer further back than the reference (which starts at the code) does: over the answer's
+    own tokens they match alike, and the reference (the new name, 60) is copied."""
+    fence, py, nl = 20, 21, 22
+    reference = [1, 2, 3, 60, 4, 5]
+    prompt = [30, nl, fence, py, nl, 1, 2, 3, 50, 4, 5, nl, fence, 31, 32, nl, fence, py, nl]
+    index = CopyIndex(min_match=3)
+    index.seed(reference)
+    index.extend(prompt + [1, 2, 3])  # the answer so far: three tokens
+    assert index.propose(15).tokens[:2] == [50, 4]  # by whole length, the prompt's copy
+    assert index.propose(15, answer_tokens=3).tokens == [60, 4, 5]
+    # An answer shorter than a match that begins like the reference goes on like it.
+    start = CopyIndex(min_match=3)
+    start.seed(reference)
+    start.extend(prompt + [1])
+    assert start.propose(15, answer_tokens=1).tokens == [2, 3, 60, 4, 5]
+    assert start.propose(15).tokens[:3] == [2, 3, 50]
+
+
+def test_a_resync_guess_in_the_reference_stops_at_its_end():
+    from hsedit.drafting.copy_drafter import Alignment
+
+    reference = [10, 11, 12, 13, 14, 15]
+    index, alignment = CopyIndex(3), Alignment()
+    index.seed(reference)
+    index.extend([77, 78, 10, 11, 12])  # the prompt, then the answer so far
+    at = _copy_step(index, alignment, [10, 11, 12, 90, 14, 15], 3, index.propose(15))  # 13 drafted, 90 emitted
+    assert at == 4 and alignment.diverged_at == 3
+    # 90 taken for an insertion: the reference from the token it displaced, to its end only
+    assert alignment.resume(index, 15).tokens == [13, 14, 15]
+
+
 def test_reset_forgets_everything():
     index = CopyIndex(min_match=1)
     index.extend([1, 2, 1])

@@ -242,12 +242,23 @@ def test_a_seeded_prediction_is_copied_from_and_survives_a_rebuild():
     planner = DraftPlanner(min_match=3)
     planner.seed_prediction("a", [40, 41, 42, 43, 44, 45])  # the predicted answer, not in the context
     (draft,) = planner.step([row("a", [1, 2, 40, 41, 42], [42])])
-    assert draft == [43, 44, 45, 1, 2, 40, 41, 42]  # from the prediction on (then the context follows it)
+    assert draft == [43, 44, 45]  # from the prediction, to its end (the context after it is no answer)
     # A context that is not an extension rebuilds the index: the prediction stays in it.
     (draft,) = planner.step([row("a", [9, 41, 42, 43], [43])])
     assert draft[:2] == [44, 45]
     (plain,) = DraftPlanner(min_match=3).step([row("b", [1, 2, 40, 41, 42], [42])])
     assert plain == []  # without the prediction there is nothing to copy
+
+
+def test_an_edit_copies_its_prediction_from_the_first_step():
+    """The prompt holds the original in a fenced block and ends with the answer's own fence: the
+    first draft comes from the prediction (the new name), not from the prompt's longer match."""
+    fence, py, nl = 20, 21, 22
+    prompt = [30, nl, fence, py, nl, 1, 2, 3, 50, 4, 5, nl, fence, 31, 32, nl, fence, py, nl]
+    planner = DraftPlanner(min_match=3)
+    planner.seed_prediction("a", [1, 2, 3, 60, 4, 5, nl, fence])
+    (draft,) = planner.step([row("a", prompt + [1], [1])])
+    assert draft == [2, 3, 60, 4, 5, nl, fence]
 
 
 def test_failed_resync_guesses_are_learnt_apart_from_the_copies():

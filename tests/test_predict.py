@@ -6,7 +6,8 @@ import pytest
 
 from hsedit.drafting.copy_drafter import CopyIndex
 from hsedit.edit.intent import parse_intent
-from hsedit.edit.predict import predicted_answer
+from hsedit.edit.predict import answer_reference, predicted_answer
+from hsedit.edit.prompt import completion_for
 
 SOURCE = '''\
 LIMIT = 10
@@ -68,6 +69,24 @@ def test_the_copy_drafter_follows_the_prediction_once_the_answer_wrote_a_renamed
     assert plain.propose(8) is None
 
 
+def test_seeded_with_the_prediction_the_first_renamed_use_is_drafted_renamed():
+    """Before the first renamed use the prediction and the original match the answer equally; the
+    prediction is what the answer is expected to be, so the first use is drafted renamed too."""
+    original = [1, 2, 3, 50, 4, 5, 6, 50, 7, 8]
+    predicted = [1, 2, 3, 60, 4, 5, 6, 60, 7, 8]
+    index = CopyIndex()
+    index.seed(predicted)
+    index.extend([99] + original + [98] + [1, 2, 3])
+    assert index.propose(8).tokens == [60, 4, 5, 6, 60, 7, 8]
+
+
+def test_the_reference_is_the_answer_as_written_with_its_closing_fence():
+    intent = parse_intent("rename total to amount")
+    assert answer_reference(intent, SOURCE) == completion_for(predicted_answer(intent, SOURCE))
+    assert answer_reference(intent, SOURCE).endswith("\n```")
+    assert answer_reference(parse_intent("make the code faster"), SOURCE) == completion_for(SOURCE)
+
+
 @pytest.mark.engine
 def test_an_edit_request_carries_its_predicted_answer_and_the_answer_is_the_plain_engines(copy_engine, plain_engine):
     """The copy drafter is seeded with the renamed text; the answer stays plain decoding's."""
@@ -76,9 +95,9 @@ def test_an_edit_request_carries_its_predicted_answer_and_the_answer_is_the_plai
 
     job = EditJob.for_source(SourceFile.from_text(Path("store.py"), SOURCE), "store.py", "rename total to amount")
     request = edit_request(copy_engine, job)
-    assert copy_engine.tokenizer.decode(request.prediction) == predicted_answer(parse_intent(job.instruction), SOURCE)
+    assert copy_engine.tokenizer.decode(request.prediction) == answer_reference(parse_intent(job.instruction), SOURCE)
     (drafted,) = copy_engine.generate([request])
     (plain,) = plain_engine.generate([edit_request(plain_engine, job)])
     assert drafted.token_ids == plain.token_ids and drafted.stats.accepted_prediction_tokens > 0
     other = EditJob.for_source(SourceFile.from_text(Path("store.py"), SOURCE), "store.py", "make it faster")
-    assert edit_request(copy_engine, other).prediction == copy_engine.tokenizer.encode(SOURCE)
+    assert edit_request(copy_engine, other).prediction == copy_engine.tokenizer.encode(completion_for(SOURCE))

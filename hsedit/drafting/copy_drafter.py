@@ -51,6 +51,22 @@ class CopyIndex:
         self.tokens: list[int] = []
         self._ends: dict[tuple[int, ...], list[int]] = {}  # min-gram -> end positions
         self._matches: dict[int, int] = {}  # earlier end position -> match length
+        self.reference_end = 0  # tokens [0, reference_end) are a predicted answer (`seed`)
+
+    def seed(self, reference: Sequence[int]) -> None:
+        """Start over from `reference`, a prediction of the answer that is not part of the context
+        (the context is appended after it). It is copied from like earlier context with two
+        differences: on an equal match it wins, since it is what the answer is expected to be and
+        the context holds the original (an edit's first renamed use is otherwise drafted with the
+        old name); and a copy never runs past its end into the context that follows it."""
+        self.reset()
+        self.extend(reference)
+        self.reference_end = len(self.tokens)
+
+    def segment_end(self, position: int) -> int:
+        """Where a copy that goes on from the token at `position` has to stop: at the reference's
+        end when `position` is in the reference."""
+        return self.reference_end if position < self.reference_end else len(self.tokens)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -75,24 +91,41 @@ class CopyIndex:
         else:
             earlier.append(end)
 
-    def longest_match(self) -> tuple[int, int] | None:
+    def longest_match(self, answer_tokens: int | None = None) -> tuple[int, int] | None:
         """(end position of the chosen earlier occurrence, match length), or None.
 
-        Longest match wins; among equally long ones, the most recent.
+        Longest match wins; among equally long ones, one the reference continues, then the most
+        recent. With a reference and `answer_tokens` (the answer's length so far), lengths are
+        compared up to the answer's: the prompt's copy of the code matches further back than the
+        reference (through the fence that opens both it and the answer), which says nothing about
+        which of them the answer goes on like.
         """
         if not self._matches:
             return None
-        end, length = max(self._matches.items(), key=lambda item: (item[1], item[0]))
+        last_continued = self.reference_end - 2  # a match ending here still has a reference token after it
+        if self.reference_end and answer_tokens is not None:
+            cap = answer_tokens
+            end, length = max(self._matches.items(), key=lambda item: (min(item[1], cap), item[0] <= last_continued, item[0]))
+        else:
+            end, length = max(self._matches.items(), key=lambda item: (item[1], item[0] <= last_continued, item[0]))
         return end, length
 
-    def propose(self, max_tokens: int = DEFAULT_MAX_DRAFT) -> DraftChain | None:
-        best = self.longest_match()
+    def propose(self, max_tokens: int = DEFAULT_MAX_DRAFT, answer_tokens: int | None = None) -> DraftChain | None:
+        best = self.longest_match(answer_tokens)
+        if (self.reference_end and answer_tokens is not None and 0 < answer_tokens < self.min_match
+                and answer_tokens <= self.reference_end and self.tokens[:answer_tokens] == self.tokens[-answer_tokens:]):
+            # An answer too short to match begins like the reference: copy on from there. Its match
+            # is as long as the prompt's copy of the code (the same fence leads into both).
+            best = (answer_tokens - 1, max([answer_tokens, *self._matches.values()]))
         if best is None or max_tokens <= 0:
             return None
         source_end, match_len = best
         # The tokens after source_end are all already in the context (source_end < current end).
-        draft = self.tokens[source_end + 1 : source_end + 1 + max_tokens]
-        next_tokens = {self.tokens[q + 1] for q in self._matches}
+        start = source_end + 1
+        draft = self.tokens[start : min(start + max_tokens, self.segment_end(source_end))]
+        if not draft:  # the answer so far ends like the whole reference: nothing more is predicted
+            return None
+        next_tokens = {self.tokens[q + 1] for q in self._matches if q + 1 != self.reference_end}
         features = CopyFeatures(
             match_len=match_len,
             num_candidates=len(self._matches),
@@ -139,10 +172,12 @@ class Alignment:
         if self.diverged_at is None or not self.new_tokens or len(self.new_tokens) > RESYNC_MAX_NEW:
             return None
         source, start = index.tokens, self.diverged_at
-        end = min(start + RESYNC_WINDOW, len(source) - len(self.new_tokens))  # never into the new text
+        # never into the new text, nor from the reference into the context
+        stop = min(len(source) - len(self.new_tokens), index.segment_end(start))
+        end = min(start + RESYNC_WINDOW, stop)
         last = self.new_tokens[-1]
         resume_at = next((q + 1 for q in range(start, end) if source[q] == last), start)
-        draft = source[resume_at : min(resume_at + max_tokens, len(source) - len(self.new_tokens))]
+        draft = source[resume_at : min(resume_at + max_tokens, stop)]
         if not draft:
             return None
         features = CopyFeatures(match_len=1, num_candidates=1, candidates_agree=False,

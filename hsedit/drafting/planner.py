@@ -93,6 +93,7 @@ class _RequestState:
     alignment: Alignment = field(default_factory=Alignment)  # where the output stands in what it copies
     # Tokens the answer is expected to repeat (a Predicted Output): indexed before the context.
     reference: tuple[int, ...] = ()
+    answer_start: int | None = None  # where the answer begins in the context (its prompt's length)
 
     def offset_for(self, features: CopyFeatures) -> RequestOffset:
         return self.resume_offset if features.resumed else self.copy_offset
@@ -161,6 +162,8 @@ class DraftPlanner:
             if not row.sampled:  # a prefill chunk that emitted nothing yet
                 continue
             state = self._state_for(row.req_id)
+            if state.answer_start is None:  # its first step: the context is the prompt and what it sampled
+                state.answer_start = len(row.context) - len(row.sampled)
             record = _verification_record(state.pending, row.sampled, state.pending_price)
             state.records.append(record)
             if state.copy_proposed is not None:
@@ -201,8 +204,7 @@ class DraftPlanner:
         a prediction of the answer that is not part of the prompt. Call before its first step."""
         state = self._state_for(req_id)
         state.reference = tuple(int(t) for t in reference)
-        state.index.reset()
-        state.index.extend(state.reference)
+        state.index.seed(state.reference)
         if state.reference:
             state.copy_offset = RequestOffset(self._reference_offset_mean, REFERENCE_PRIOR_POSITIONS)
             state.resume_offset = RequestOffset(self._resume_pool[True].value)
@@ -264,7 +266,8 @@ class DraftPlanner:
             return None
         if not state.reference:
             limit = min(limit, UNPREDICTED_MAX_COPY)
-        chain = state.index.propose(limit)
+        answer_tokens = len(state.index) - len(state.reference) - (state.answer_start or 0)
+        chain = state.index.propose(limit, answer_tokens)
         if (chain is None or not chain.tokens) and self.copy_acceptance is not None:
             # No suffix match right after a change: resume the source where it continues. Only
             # with a price: a guess verified at full length costs more than it saves.
@@ -435,7 +438,6 @@ def _sync_index(state: _RequestState, context: np.ndarray) -> None:
     index, offset = state.index, len(state.reference)
     known = len(index) - offset
     if known > len(context) or (known > 0 and int(context[known - 1]) != index.tokens[-1]):
-        index.reset()
-        index.extend(state.reference)
+        index.seed(state.reference)
         known = 0
     index.extend(context[known:].tolist())

@@ -11,6 +11,16 @@ from __future__ import annotations
 
 from hsedit.edit.check import Source, _assignments, _definitions, exported_strings
 from hsedit.edit.intent import Intent, Rename, SetConstant
+from hsedit.edit.prompt import completion_for
+
+
+def answer_reference(intent: Intent, text: str) -> str:
+    """What the copy drafter copies an edit's answer from: the answer as the model is to write it,
+    `text` with the intent's mechanical part done (else `text` itself) and the closing fence, so
+    that a copy reaching the end of the code drafts the fence that ends the answer, not what
+    follows the code in the prompt."""
+    predicted = predicted_answer(intent, text)
+    return completion_for(predicted if predicted is not None else text)
 
 
 def predicted_answer(intent: Intent, text: str) -> str | None:

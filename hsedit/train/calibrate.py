@@ -153,10 +153,9 @@ def read_general_prompts(paths: Sequence[Path], limit: int | None, seed: int = 0
 
 def edit_prompts_from_heldout(engine: Engine, limit: int) -> list[EditPrompt]:
     """Apply prompts for the shipped held-out edits (the apply model is never fit on them), each
-    with the predicted output `hsedit apply` sends: the intent's mechanical part done where it
-    has one, else the code it edits."""
+    with the predicted output `hsedit apply` sends."""
     from hsedit.edit.intent import parse_intent
-    from hsedit.edit.predict import predicted_answer
+    from hsedit.edit.predict import answer_reference
     from hsedit.edit.prompt import ApplyPrompt
     from hsedit.train.finetune.dataset import HELDOUT, load
 
@@ -164,7 +163,6 @@ def edit_prompts_from_heldout(engine: Engine, limit: int) -> list[EditPrompt]:
     random.Random(0).shuffle(examples)
     prompts = []
     for e in examples[:limit]:
-        predicted = predicted_answer(parse_intent(e.instruction, e.update), e.before)
         prompt = ApplyPrompt.build(e.path, e.before, e.instruction, e.update).render(engine.tokenizer)
-        prompts.append(EditPrompt(prompt, predicted if predicted is not None else e.before))
+        prompts.append(EditPrompt(prompt, answer_reference(parse_intent(e.instruction, e.update), e.before)))
     return prompts
