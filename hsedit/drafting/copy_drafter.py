@@ -103,11 +103,8 @@ class CopyIndex:
         if not self._matches:
             return None
         last_continued = self.reference_end - 2  # a match ending here still has a reference token after it
-        if self.reference_end and answer_tokens is not None:
-            cap = answer_tokens
-            end, length = max(self._matches.items(), key=lambda item: (min(item[1], cap), item[0] <= last_continued, item[0]))
-        else:
-            end, length = max(self._matches.items(), key=lambda item: (item[1], item[0] <= last_continued, item[0]))
+        cap = answer_tokens if self.reference_end and answer_tokens is not None else len(self.tokens)
+        end, length = max(self._matches.items(), key=lambda item: (min(item[1], cap), item[0] <= last_continued, item[0]))
         return end, length
 
     def propose(self, max_tokens: int = DEFAULT_MAX_DRAFT, answer_tokens: int | None = None) -> DraftChain | None:

@@ -4,7 +4,7 @@ verification keeps the target's own tokens, so a prediction the model does not f
 chain cut short where they part, never a changed answer.
 
 The original stays in the prompt, so the copy drafter can copy from either: it follows whichever
-matches the answer so far for longer, the prediction once the answer has written one renamed use.
+matches the answer so far for longer, and the prediction where they match alike.
 """
 
 from __future__ import annotations
